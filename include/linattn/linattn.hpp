@@ -1,0 +1,233 @@
+// linattn public C++ API.
+//
+// One call per operator family and direction:
+//   kda_forward / kda_backward             Kimi delta attention (per-channel gate, delta rule)
+//   gdn_forward / gdn_backward             gated delta rule (scalar gate, delta rule)
+//   gla_forward / gla_backward             gated linear attention (per-channel gate)
+//   simple_gla_forward / simple_gla_backward  scalar gate (g) and/or per-head constant gate (g_gamma)
+// plus the generic forward()/backward() taking the Family as an argument.
+//
+// Every tensor is a non-owning view (pointer, dtype, shape, strides, device); outputs are
+// allocated by the caller. Each call validates every input first and returns a Status with a
+// readable message; on error nothing is written. Scratch memory comes from a caller-provided
+// Workspace whose size the *_workspace_size() queries return. ../shared/SPEC.md (the repository's
+// copy lives beside this project) defines the math, shapes and options.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+namespace linattn {
+
+// ---------------------------------------------------------------- tensors
+enum class DType : int32_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,
+  kFloat64 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kUInt8 = 6,
+};
+const char* dtype_name(DType dtype);
+std::size_t dtype_size(DType dtype);
+
+// Values follow DLPack's DLDeviceType so bindings can pass them through.
+enum class DeviceType : int32_t { kCPU = 1, kCUDA = 2 };
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int32_t index = 0;
+};
+
+constexpr int kMaxDims = 6;
+
+// A strided, non-owning view. Strides are in elements. ndim < 0 means "absent" (optional
+// argument not given); a default-constructed view is absent.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int32_t ndim = -1;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  Device device{};
+
+  bool present() const { return ndim >= 0; }
+  int64_t numel() const;
+  bool is_contiguous() const;  // row-major dense
+};
+
+// Contiguous (row-major) view over `data`.
+TensorView make_view(const void* data, DType dtype, std::initializer_list<int64_t> shape,
+                     Device device = Device{});
+
+// ---------------------------------------------------------------- status
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // bad dtype / shape / stride / device / value
+  kNotSupported = 2,     // valid request this build or backend cannot run
+  kWorkspaceTooSmall = 3,
+  kBackendError = 4,     // e.g. a CUDA error
+};
+
+struct Status {
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+
+  bool ok() const { return code == StatusCode::kOk; }
+  static Status Ok() { return {}; }
+  static Status Invalid(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status Unsupported(std::string msg) { return {StatusCode::kNotSupported, std::move(msg)}; }
+};
+
+// ---------------------------------------------------------------- operators
+enum class Family : int32_t { kSimpleGLA = 0, kGLA = 1, kGDN = 2, kKDA = 3 };
+const char* family_name(Family family);
+
+// Options of SPEC.md, with FLA's names.
+struct Options {
+  std::optional<double> scale;           // default K ** -0.5
+  bool use_qk_l2norm_in_kernel = false;  // q, k <- x / sqrt(sum x^2 + 1e-6) per token and head
+  bool use_beta_sigmoid_in_kernel = false;
+  bool allow_neg_eigval = false;         // with beta sigmoid: beta <- 2 sigmoid(beta)
+  bool use_gate_in_kernel = false;       // KDA, GDN: g is raw; A_log (+ dt_bias) form the decay
+  bool safe_gate = false;                // KDA: g in [lower_bound, 0) (lower-bound gate)
+  std::optional<float> lower_bound;      // with safe_gate; in [-5, 0)
+  bool state_v_first = false;            // states stored [.., V, K] instead of [.., K, V]
+};
+
+// Shapes (N = number of sequences: B, or len(cu_seqlens) - 1 with B == 1):
+//   q, k          [B, T, H, K]
+//   v             [B, T, HV, V]           HV = G * H
+//   g             KDA/GLA [B, T, HV, K];  GDN/simple GLA [B, T, HV]   (float32 or bfloat16)
+//   g_gamma       simple GLA only: [HV]   (constant per-head log decay; may be combined with g)
+//   beta          GDN/KDA: [B, T, HV]
+//   A_log         use_gate_in_kernel: [HV];  dt_bias: KDA [HV * K], GDN [HV]  (optional)
+//   initial_state [N, HV, K, V] float32 ([N, HV, V, K] with state_v_first)
+//   cu_seqlens    [N + 1] int32/int64 on the compute device; for CUDA also cu_seqlens_host
+//                 (the same values in host memory: validation and chunk indexing read it,
+//                 so no call synchronises with the device). The two must hold equal values.
+struct ForwardInputs {
+  TensorView q, k, v;
+  TensorView g;
+  TensorView g_gamma;
+  TensorView beta;
+  TensorView A_log;
+  TensorView dt_bias;
+  TensorView initial_state;
+  TensorView cu_seqlens;
+  TensorView cu_seqlens_host;
+};
+
+//   o            [B, T, HV, V] in v's dtype
+//   final_state  optional, like initial_state (output_final_state)
+//   h            optional, float32 chunk-boundary states (return_intermediate_states):
+//                [B, NT, HV, K, V] where NT = ceil(T / 64), or [1, NT_total, HV, K, V] with
+//                cu_seqlens (NT_total = sum of ceil(len_i / 64)); h[.., c, ..] is the state
+//                *before* chunk c. state_v_first swaps the last two dims.
+//   saved        optional uint8 buffer of saved_bytes() (disable_recompute): forward keeps
+//                its intermediates there and backward reuses them instead of recomputing.
+struct ForwardOutputs {
+  TensorView o;
+  TensorView final_state;
+  TensorView h;
+  TensorView saved;
+};
+
+// Backward: the forward's inputs, the output gradient `d_o`, the optional final-state gradient
+// `dht` (shape of final_state) and the optional `saved` buffer a forward filled.
+struct BackwardInputs {
+  ForwardInputs fwd;
+  TensorView d_o;
+  TensorView dht;
+  TensorView saved;
+};
+
+// Gradients, each shaped like (and in the dtype of) the input it belongs to; each is optional
+// except dq, dk, dv. dg is the gradient of the g that was passed (raw g with
+// use_gate_in_kernel); dbeta of the beta that was passed (pre-sigmoid with
+// use_beta_sigmoid_in_kernel). dh0 needs initial_state. dg_gamma: simple GLA's g_gamma.
+struct BackwardOutputs {
+  TensorView dq, dk, dv;
+  TensorView dg;
+  TensorView dg_gamma;
+  TensorView dbeta;
+  TensorView dA_log;
+  TensorView ddt_bias;
+  TensorView dh0;
+};
+
+// Scratch memory. On CPU it is host memory, on CUDA device memory of the inputs' device.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// cudaStream_t for CUDA tensors (nullptr = default stream); ignored on CPU.
+using Stream = void*;
+
+constexpr int64_t kChunkSize = 64;
+
+// ---- queries (validate the inputs too)
+Status forward_workspace_size(Family family, const ForwardInputs& in, const Options& opt,
+                              std::size_t* bytes);
+Status backward_workspace_size(Family family, const BackwardInputs& in, const Options& opt,
+                               std::size_t* bytes);
+Status saved_bytes(Family family, const ForwardInputs& in, const Options& opt, std::size_t* bytes);
+// Total chunk count NT of the h layout above (needs cu_seqlens_host for CUDA varlen).
+Status num_chunks(const ForwardInputs& in, int64_t* nt);
+
+// ---- generic entry points
+Status forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
+               const Options& opt, Workspace ws = {}, Stream stream = nullptr);
+Status backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
+                const Options& opt, Workspace ws = {}, Stream stream = nullptr);
+
+// ---- one call per operator and direction
+inline Status kda_forward(const ForwardInputs& in, const ForwardOutputs& out, const Options& opt,
+                          Workspace ws = {}, Stream s = nullptr) {
+  return forward(Family::kKDA, in, out, opt, ws, s);
+}
+inline Status kda_backward(const BackwardInputs& in, const BackwardOutputs& out,
+                           const Options& opt, Workspace ws = {}, Stream s = nullptr) {
+  return backward(Family::kKDA, in, out, opt, ws, s);
+}
+inline Status gdn_forward(const ForwardInputs& in, const ForwardOutputs& out, const Options& opt,
+                          Workspace ws = {}, Stream s = nullptr) {
+  return forward(Family::kGDN, in, out, opt, ws, s);
+}
+inline Status gdn_backward(const BackwardInputs& in, const BackwardOutputs& out,
+                           const Options& opt, Workspace ws = {}, Stream s = nullptr) {
+  return backward(Family::kGDN, in, out, opt, ws, s);
+}
+inline Status gla_forward(const ForwardInputs& in, const ForwardOutputs& out, const Options& opt,
+                          Workspace ws = {}, Stream s = nullptr) {
+  return forward(Family::kGLA, in, out, opt, ws, s);
+}
+inline Status gla_backward(const BackwardInputs& in, const BackwardOutputs& out,
+                           const Options& opt, Workspace ws = {}, Stream s = nullptr) {
+  return backward(Family::kGLA, in, out, opt, ws, s);
+}
+inline Status simple_gla_forward(const ForwardInputs& in, const ForwardOutputs& out,
+                                 const Options& opt, Workspace ws = {}, Stream s = nullptr) {
+  return forward(Family::kSimpleGLA, in, out, opt, ws, s);
+}
+inline Status simple_gla_backward(const BackwardInputs& in, const BackwardOutputs& out,
+                                  const Options& opt, Workspace ws = {}, Stream s = nullptr) {
+  return backward(Family::kSimpleGLA, in, out, opt, ws, s);
+}
+
+// ---- float64 token-by-token evaluation of the recurrence (SPEC.md), the ground truth every
+// backend is tested against. CPU tensors only; outputs may be float64 or any float dtype.
+Status reference_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
+                         const Options& opt);
+Status reference_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
+                          const Options& opt);
+
+// Whether this build has the CUDA backend and a usable GPU is present.
+bool cuda_available();
+const char* version();
+
+}  // namespace linattn

@@ -1,0 +1,70 @@
+// A validated call: sizes, flags and host-side sequence offsets resolved once from the user's
+// tensor views, then handed to a backend. Every backend reads its inputs through this.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/transforms.hpp"
+#include "linattn/linattn.hpp"
+
+namespace linattn::detail {
+
+struct Problem {
+  Family family = Family::kKDA;
+  Options opt;
+
+  bool delta = false;        // GDN, KDA: delta-rule update with beta
+  bool vector_gate = false;  // KDA, GLA: g is [.., K]; otherwise one scalar per token and head
+
+  int64_t B = 0, T = 0, H = 0, HV = 0, G = 1, K = 0, V = 0;
+  int64_t N = 0;  // number of sequences
+  bool varlen = false;
+  // Sequence n covers tokens [cu[n], cu[n+1]) of the flattened B*T token axis (fixed length:
+  // cu[n] = n*T). Host copy, always present after validation.
+  std::vector<int64_t> cu;
+  // Sequence n owns chunks [chunk_offsets[n], chunk_offsets[n+1]) of the h layout;
+  // for fixed length chunk_offsets[n] = n * ceil(T / 64).
+  std::vector<int64_t> chunk_offsets;
+  int64_t num_chunks = 0;  // NT_total
+
+  double scale = 0;  // resolved (K ** -0.5 when not given)
+
+  bool has_g = false;        // g tensor given
+  bool has_g_gamma = false;  // simple GLA constant gate given
+  bool has_A_log = false;
+  bool has_dt_bias = false;
+  bool has_h0 = false;
+
+  BetaTransform beta_tf;  // identity unless use_beta_sigmoid_in_kernel
+  GateTransform gate_tf;  // identity unless use_gate_in_kernel
+
+  Device device;
+
+  int64_t seq_len(int64_t n) const { return cu[n + 1] - cu[n]; }
+  int64_t qk_head(int64_t hv) const { return hv / G; }
+  // Flat offsets (elements) into the dense token-major tensors.
+  int64_t qk_offset(int64_t token, int64_t h) const { return (token * H + h) * K; }
+  int64_t v_offset(int64_t token, int64_t hv) const { return (token * HV + hv) * V; }
+  int64_t g_offset(int64_t token, int64_t hv) const {
+    return vector_gate ? (token * HV + hv) * K : token * HV + hv;
+  }
+  int64_t beta_offset(int64_t token, int64_t hv) const { return token * HV + hv; }
+  int64_t gate_width() const { return vector_gate ? K : 1; }
+  // Offset of state (n, hv) in [N, HV, K, V] (or [N, HV, V, K]); both have K*V elements.
+  int64_t state_offset(int64_t n, int64_t hv) const { return (n * HV + hv) * K * V; }
+  // Index of S[i][j] (i over K, j over V) inside one state, honouring state_v_first.
+  int64_t state_index(int64_t i, int64_t j) const {
+    return opt.state_v_first ? j * K + i : i * V + j;
+  }
+};
+
+// Validation (validate.cpp). On success fills *p; on failure returns a Status naming the
+// offending argument and rule, and leaves *p unspecified.
+Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt, Problem* p);
+Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
+                       const Options& opt, Problem* p);
+Status resolve_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
+                        const Options& opt, Problem* p);
+
+}  // namespace linattn::detail

@@ -1,0 +1,419 @@
+// Input validation shared by every backend: each rule returns a Status naming the argument.
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "common/dtype.hpp"
+#include "common/problem.hpp"
+
+namespace linattn::detail {
+namespace {
+
+std::string shape_str(const TensorView& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string shape_str(std::initializer_list<int64_t> dims) {
+  std::ostringstream s;
+  s << "[";
+  int i = 0;
+  for (int64_t d : dims) s << (i++ ? ", " : "") << d;
+  s << "]";
+  return s.str();
+}
+
+bool is_float(DType d) {
+  return d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32 ||
+         d == DType::kFloat64;
+}
+
+bool same_device(const Device& a, const Device& b) {
+  return a.type == b.type && (a.type == DeviceType::kCPU || a.index == b.index);
+}
+
+// Structural checks on one tensor: presence, rank, shape, contiguity, data pointer, device.
+Status check_tensor(const char* name, const TensorView& t, std::initializer_list<int64_t> dims,
+                    const Device& device) {
+  if (t.ndim != static_cast<int32_t>(dims.size()) || t.ndim > kMaxDims) {
+    return Status::Invalid(std::string(name) + " must have shape " + shape_str(dims) + ", got " +
+                           (t.ndim < 0 ? std::string("nothing") : shape_str(t)));
+  }
+  int i = 0;
+  for (int64_t d : dims) {
+    if (t.shape[i++] != d) {
+      return Status::Invalid(std::string(name) + " must have shape " + shape_str(dims) +
+                             ", got " + shape_str(t));
+    }
+  }
+  if (!t.is_contiguous()) {
+    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
+  }
+  if (t.numel() > 0 && t.data == nullptr) {
+    return Status::Invalid(std::string(name) + " has a null data pointer");
+  }
+  if (!same_device(t.device, device)) {
+    return Status::Invalid(std::string(name) + " is on a different device than q");
+  }
+  return Status::Ok();
+}
+
+Status check_float(const char* name, const TensorView& t) {
+  if (!is_float(t.dtype)) {
+    return Status::Invalid(std::string(name) + " must be float16, bfloat16, float32 or float64, got " +
+                           dtype_name(t.dtype));
+  }
+  return Status::Ok();
+}
+
+Status check_state_dtype(const char* name, const TensorView& t) {
+  if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat64) {
+    return Status::Invalid(std::string(name) + " must be float32 (or float64), got " +
+                           dtype_name(t.dtype));
+  }
+  return Status::Ok();
+}
+
+Status check_same_as(const char* name, const TensorView& t, const char* ref_name,
+                     const TensorView& ref, const Device& device) {
+  if (!t.present()) return Status::Invalid(std::string(name) + " is required");
+  std::initializer_list<int64_t> dummy = {};
+  (void)dummy;
+  if (t.ndim != ref.ndim) {
+    return Status::Invalid(std::string(name) + " must have the shape of " + ref_name + " " +
+                           shape_str(ref) + ", got " + shape_str(t));
+  }
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] != ref.shape[i]) {
+      return Status::Invalid(std::string(name) + " must have the shape of " + ref_name + " " +
+                             shape_str(ref) + ", got " + shape_str(t));
+    }
+  }
+  if (t.dtype != ref.dtype) {
+    return Status::Invalid(std::string(name) + " must have the dtype of " + ref_name + " (" +
+                           dtype_name(ref.dtype) + "), got " + dtype_name(t.dtype));
+  }
+  if (!t.is_contiguous()) {
+    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
+  }
+  if (t.numel() > 0 && t.data == nullptr) {
+    return Status::Invalid(std::string(name) + " has a null data pointer");
+  }
+  if (!same_device(t.device, device)) {
+    return Status::Invalid(std::string(name) + " is on a different device than q");
+  }
+  return Status::Ok();
+}
+
+#define LINATTN_TRY(expr)            \
+  do {                               \
+    Status _s = (expr);              \
+    if (!_s.ok()) return _s;         \
+  } while (0)
+
+// Reads and checks host cu_seqlens values into p->cu.
+Status read_cu_seqlens(const TensorView& cu, const char* name, int64_t T, std::vector<int64_t>* out) {
+  if (cu.ndim != 1) return Status::Invalid(std::string(name) + " must be 1-D [N + 1], got " + shape_str(cu));
+  if (cu.dtype != DType::kInt32 && cu.dtype != DType::kInt64) {
+    return Status::Invalid(std::string(name) + " must be int32 or int64, got " + dtype_name(cu.dtype));
+  }
+  if (cu.shape[0] < 2) return Status::Invalid(std::string(name) + " needs at least 2 entries (one sequence)");
+  if (!cu.is_contiguous()) return Status::Invalid(std::string(name) + " must be contiguous");
+  if (cu.data == nullptr) return Status::Invalid(std::string(name) + " has a null data pointer");
+  const int64_t n1 = cu.shape[0];
+  out->resize(n1);
+  for (int64_t i = 0; i < n1; ++i) {
+    (*out)[i] = cu.dtype == DType::kInt32 ? static_cast<const int32_t*>(cu.data)[i]
+                                          : static_cast<const int64_t*>(cu.data)[i];
+  }
+  if ((*out)[0] != 0) return Status::Invalid(std::string(name) + " must start at 0, got " + std::to_string((*out)[0]));
+  for (int64_t i = 1; i < n1; ++i) {
+    if ((*out)[i] < (*out)[i - 1]) {
+      return Status::Invalid(std::string(name) + " must be non-decreasing (entry " + std::to_string(i) +
+                             " is " + std::to_string((*out)[i]) + " < " + std::to_string((*out)[i - 1]) + ")");
+    }
+  }
+  if ((*out)[n1 - 1] != T) {
+    return Status::Invalid(std::string(name) + " must end at T = " + std::to_string(T) + ", got " +
+                           std::to_string((*out)[n1 - 1]));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt, Problem* p) {
+  *p = Problem{};
+  p->family = family;
+  p->opt = opt;
+  p->delta = family == Family::kGDN || family == Family::kKDA;
+  p->vector_gate = family == Family::kKDA || family == Family::kGLA;
+  if (static_cast<int32_t>(family) < 0 || static_cast<int32_t>(family) > 3) {
+    return Status::Invalid("unknown family");
+  }
+  const char* fam = family_name(family);
+
+  // ---- q, k, v
+  if (!in.q.present()) return Status::Invalid("q is required");
+  if (!in.k.present()) return Status::Invalid("k is required");
+  if (!in.v.present()) return Status::Invalid("v is required");
+  if (in.q.ndim != 4) return Status::Invalid("q must be 4-D [B, T, H, K], got " + shape_str(in.q));
+  if (in.v.ndim != 4) return Status::Invalid("v must be 4-D [B, T, HV, V], got " + shape_str(in.v));
+  const Device dev = in.q.device;
+  p->device = dev;
+  p->B = in.q.shape[0];
+  p->T = in.q.shape[1];
+  p->H = in.q.shape[2];
+  p->K = in.q.shape[3];
+  p->HV = in.v.shape[2];
+  p->V = in.v.shape[3];
+  const int64_t B = p->B, T = p->T, H = p->H, K = p->K, HV = p->HV, V = p->V;
+  if (B < 1 || T < 1) return Status::Invalid("q must have B >= 1 and T >= 1, got " + shape_str(in.q));
+  if (H < 1 || HV < 1) return Status::Invalid("head counts must be >= 1");
+  LINATTN_TRY(check_float("q", in.q));
+  LINATTN_TRY(check_tensor("q", in.q, {B, T, H, K}, dev));
+  LINATTN_TRY(check_same_as("k", in.k, "q", in.q, dev));
+  if (in.v.shape[0] != B || in.v.shape[1] != T) {
+    return Status::Invalid("v must have shape [B, T, HV, V] with B, T of q " + shape_str(in.q) +
+                           ", got " + shape_str(in.v));
+  }
+  LINATTN_TRY(check_tensor("v", in.v, {B, T, HV, V}, dev));
+  if (in.v.dtype != in.q.dtype) {
+    return Status::Invalid(std::string("v must have the dtype of q (") + dtype_name(in.q.dtype) + "), got " +
+                           dtype_name(in.v.dtype));
+  }
+  if (HV % H != 0) {
+    return Status::Invalid("the value head count HV = " + std::to_string(HV) +
+                           " must be a multiple of the query/key head count H = " + std::to_string(H));
+  }
+  p->G = HV / H;
+  if (K < 1 || K > 256) return Status::Unsupported("head size K = " + std::to_string(K) + " is not supported (1..256)");
+  if (V < 1 || V > 256) return Status::Unsupported("head size V = " + std::to_string(V) + " is not supported (1..256)");
+
+  // ---- sequences
+  if (in.cu_seqlens_host.present() && !in.cu_seqlens.present()) {
+    return Status::Invalid("cu_seqlens_host is given without cu_seqlens");
+  }
+  if (in.cu_seqlens.present()) {
+    if (B != 1) {
+      return Status::Invalid("with cu_seqlens the batch size must be 1 (sequences are packed along T), got B = " +
+                             std::to_string(B));
+    }
+    p->varlen = true;
+    if (!same_device(in.cu_seqlens.device, dev)) {
+      return Status::Invalid("cu_seqlens must be on the device of q");
+    }
+    if (dev.type == DeviceType::kCPU) {
+      LINATTN_TRY(read_cu_seqlens(in.cu_seqlens, "cu_seqlens", T, &p->cu));
+      if (in.cu_seqlens_host.present()) {
+        std::vector<int64_t> other;
+        LINATTN_TRY(read_cu_seqlens(in.cu_seqlens_host, "cu_seqlens_host", T, &other));
+        if (other != p->cu) return Status::Invalid("cu_seqlens_host differs from cu_seqlens");
+      }
+    } else {
+      if (!in.cu_seqlens_host.present()) {
+        return Status::Invalid("with CUDA tensors, cu_seqlens needs its host copy cu_seqlens_host "
+                               "(read for validation and chunk indexing without a device sync)");
+      }
+      if (in.cu_seqlens_host.device.type != DeviceType::kCPU) {
+        return Status::Invalid("cu_seqlens_host must be in host (CPU) memory");
+      }
+      if (in.cu_seqlens.ndim != 1 || in.cu_seqlens.shape[0] != in.cu_seqlens_host.shape[0] ||
+          in.cu_seqlens.dtype != in.cu_seqlens_host.dtype || !in.cu_seqlens.is_contiguous() ||
+          in.cu_seqlens.data == nullptr) {
+        return Status::Invalid("cu_seqlens must be a contiguous 1-D int32/int64 tensor with the length "
+                               "and dtype of cu_seqlens_host");
+      }
+      LINATTN_TRY(read_cu_seqlens(in.cu_seqlens_host, "cu_seqlens_host", T, &p->cu));
+    }
+    p->N = static_cast<int64_t>(p->cu.size()) - 1;
+  } else {
+    p->N = B;
+    p->cu.resize(B + 1);
+    for (int64_t n = 0; n <= B; ++n) p->cu[n] = n * T;
+  }
+  p->chunk_offsets.resize(p->N + 1);
+  p->chunk_offsets[0] = 0;
+  for (int64_t n = 0; n < p->N; ++n) {
+    p->chunk_offsets[n + 1] = p->chunk_offsets[n] + (p->seq_len(n) + kChunkSize - 1) / kChunkSize;
+  }
+  p->num_chunks = p->chunk_offsets[p->N];
+
+  // ---- scale
+  if (opt.scale.has_value()) {
+    if (!std::isfinite(*opt.scale)) return Status::Invalid("scale must be finite");
+    p->scale = *opt.scale;
+  } else {
+    p->scale = 1.0 / std::sqrt(static_cast<double>(K));
+  }
+
+  // ---- gates
+  const int64_t gw = p->vector_gate ? K : 1;
+  p->has_g = in.g.present();
+  if (p->has_g) {
+    LINATTN_TRY(check_float("g", in.g));
+    if (p->vector_gate) {
+      LINATTN_TRY(check_tensor("g", in.g, {B, T, HV, K}, dev));
+    } else {
+      LINATTN_TRY(check_tensor("g", in.g, {B, T, HV}, dev));
+    }
+  } else if (family != Family::kSimpleGLA) {
+    return Status::Invalid(std::string("g is required for ") + fam);
+  }
+  (void)gw;
+  p->has_g_gamma = in.g_gamma.present();
+  if (p->has_g_gamma) {
+    if (family != Family::kSimpleGLA) return Status::Invalid(std::string("g_gamma is only for simple GLA, not ") + fam);
+    LINATTN_TRY(check_float("g_gamma", in.g_gamma));
+    LINATTN_TRY(check_tensor("g_gamma", in.g_gamma, {HV}, dev));
+  }
+
+  // ---- in-kernel gate
+  p->has_A_log = in.A_log.present();
+  p->has_dt_bias = in.dt_bias.present();
+  if (opt.use_gate_in_kernel) {
+    if (!p->delta) return Status::Unsupported(std::string("use_gate_in_kernel is for KDA and GDN, not ") + fam);
+    if (opt.safe_gate) {
+      if (family != Family::kKDA) return Status::Unsupported("safe_gate / lower_bound is for KDA only");
+      if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
+      p->gate_tf.kind = GateTransform::Kind::kLowerBound;
+    } else {
+      if (!p->has_A_log) return Status::Invalid("use_gate_in_kernel needs A_log (or safe_gate with lower_bound)");
+      p->gate_tf.kind = GateTransform::Kind::kSoftplus;
+    }
+    if (p->has_A_log) {
+      LINATTN_TRY(check_float("A_log", in.A_log));
+      LINATTN_TRY(check_tensor("A_log", in.A_log, {HV}, dev));
+    }
+    if (p->has_dt_bias) {
+      LINATTN_TRY(check_float("dt_bias", in.dt_bias));
+      if (family == Family::kKDA) {
+        LINATTN_TRY(check_tensor("dt_bias", in.dt_bias, {HV * K}, dev));
+      } else {
+        LINATTN_TRY(check_tensor("dt_bias", in.dt_bias, {HV}, dev));
+      }
+    }
+  } else {
+    if (p->has_A_log) return Status::Invalid("A_log is given but use_gate_in_kernel is false");
+    if (p->has_dt_bias) return Status::Invalid("dt_bias is given but use_gate_in_kernel is false");
+    if (opt.safe_gate) {
+      if (family != Family::kKDA) return Status::Unsupported("safe_gate / lower_bound is for KDA only");
+      if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
+    }
+  }
+  if (opt.lower_bound.has_value()) {
+    if (!opt.safe_gate) return Status::Invalid("lower_bound is given but safe_gate is false");
+    const float L = *opt.lower_bound;
+    if (!(L >= -5.0f && L < 0.0f)) {
+      return Status::Invalid("lower_bound must lie in [-5, 0), got " + std::to_string(L));
+    }
+    p->gate_tf.lower_bound = L;
+  }
+
+  // ---- beta
+  if (p->delta) {
+    if (!in.beta.present()) return Status::Invalid(std::string("beta is required for ") + fam);
+    LINATTN_TRY(check_float("beta", in.beta));
+    LINATTN_TRY(check_tensor("beta", in.beta, {B, T, HV}, dev));
+  } else {
+    if (in.beta.present()) return Status::Invalid(std::string("beta is only for the delta rule (GDN, KDA), not ") + fam);
+    if (opt.use_beta_sigmoid_in_kernel) return Status::Invalid(std::string("use_beta_sigmoid_in_kernel needs beta, which ") + fam + " has not");
+  }
+  if (opt.allow_neg_eigval && !opt.use_beta_sigmoid_in_kernel) {
+    return Status::Invalid("allow_neg_eigval needs use_beta_sigmoid_in_kernel (it makes beta = 2 sigmoid(beta))");
+  }
+  p->beta_tf.sigmoid = opt.use_beta_sigmoid_in_kernel;
+  p->beta_tf.neg_eigval = opt.allow_neg_eigval;
+
+  // ---- initial state
+  p->has_h0 = in.initial_state.present();
+  if (p->has_h0) {
+    LINATTN_TRY(check_state_dtype("initial_state", in.initial_state));
+    if (opt.state_v_first) {
+      LINATTN_TRY(check_tensor("initial_state", in.initial_state, {p->N, HV, V, K}, dev));
+    } else {
+      LINATTN_TRY(check_tensor("initial_state", in.initial_state, {p->N, HV, K, V}, dev));
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+Status check_state_like(const char* name, const TensorView& t, const Problem& p) {
+  LINATTN_TRY(check_state_dtype(name, t));
+  if (p.opt.state_v_first) return check_tensor(name, t, {p.N, p.HV, p.V, p.K}, p.device);
+  return check_tensor(name, t, {p.N, p.HV, p.K, p.V}, p.device);
+}
+
+Status check_saved(const char* name, const TensorView& t, const Problem& p) {
+  if (t.dtype != DType::kUInt8) return Status::Invalid(std::string(name) + " must be a uint8 buffer");
+  if (t.ndim != 1) return Status::Invalid(std::string(name) + " must be 1-D");
+  if (!t.is_contiguous() || t.data == nullptr) return Status::Invalid(std::string(name) + " must be a contiguous, non-null buffer");
+  if (!same_device(t.device, p.device)) return Status::Invalid(std::string(name) + " is on a different device than q");
+  return Status::Ok();
+}
+}  // namespace
+
+Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
+                       const Options& opt, Problem* p) {
+  LINATTN_TRY(resolve_inputs(family, in, opt, p));
+  if (!out.o.present()) return Status::Invalid("o (the output) is required");
+  LINATTN_TRY(check_same_as("o", out.o, "v", in.v, p->device));
+  if (out.final_state.present()) LINATTN_TRY(check_state_like("final_state", out.final_state, *p));
+  if (out.h.present()) {
+    LINATTN_TRY(check_state_dtype("h", out.h));
+    const int64_t b = p->varlen ? 1 : p->B;
+    const int64_t nt = p->varlen ? p->num_chunks : p->num_chunks / p->B;
+    if (p->opt.state_v_first) {
+      LINATTN_TRY(check_tensor("h", out.h, {b, nt, p->HV, p->V, p->K}, p->device));
+    } else {
+      LINATTN_TRY(check_tensor("h", out.h, {b, nt, p->HV, p->K, p->V}, p->device));
+    }
+  }
+  if (out.saved.present()) LINATTN_TRY(check_saved("saved", out.saved, *p));
+  return Status::Ok();
+}
+
+Status resolve_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
+                        const Options& opt, Problem* p) {
+  LINATTN_TRY(resolve_inputs(family, in.fwd, opt, p));
+  const Device dev = p->device;
+  if (!in.d_o.present()) return Status::Invalid("d_o (the output gradient) is required");
+  LINATTN_TRY(check_same_as("d_o", in.d_o, "v", in.fwd.v, dev));
+  if (in.dht.present()) LINATTN_TRY(check_state_like("dht", in.dht, *p));
+  if (in.saved.present()) LINATTN_TRY(check_saved("saved", in.saved, *p));
+
+  LINATTN_TRY(check_same_as("dq", out.dq, "q", in.fwd.q, dev));
+  LINATTN_TRY(check_same_as("dk", out.dk, "k", in.fwd.k, dev));
+  LINATTN_TRY(check_same_as("dv", out.dv, "v", in.fwd.v, dev));
+  if (out.dg.present()) {
+    if (!p->has_g) return Status::Invalid("dg is given but g is not");
+    LINATTN_TRY(check_same_as("dg", out.dg, "g", in.fwd.g, dev));
+  }
+  if (out.dg_gamma.present()) {
+    if (!p->has_g_gamma) return Status::Invalid("dg_gamma is given but g_gamma is not");
+    LINATTN_TRY(check_same_as("dg_gamma", out.dg_gamma, "g_gamma", in.fwd.g_gamma, dev));
+  }
+  if (out.dbeta.present()) {
+    if (!in.fwd.beta.present()) return Status::Invalid("dbeta is given but beta is not");
+    LINATTN_TRY(check_same_as("dbeta", out.dbeta, "beta", in.fwd.beta, dev));
+  }
+  if (out.dA_log.present()) {
+    if (!p->has_A_log) return Status::Invalid("dA_log is given but A_log is not");
+    LINATTN_TRY(check_same_as("dA_log", out.dA_log, "A_log", in.fwd.A_log, dev));
+  }
+  if (out.ddt_bias.present()) {
+    if (!p->has_dt_bias) return Status::Invalid("ddt_bias is given but dt_bias is not");
+    LINATTN_TRY(check_same_as("ddt_bias", out.ddt_bias, "dt_bias", in.fwd.dt_bias, dev));
+  }
+  if (out.dh0.present()) {
+    if (!p->has_h0) return Status::Invalid("dh0 is given but initial_state is not");
+    LINATTN_TRY(check_same_as("dh0", out.dh0, "initial_state", in.fwd.initial_state, dev));
+  }
+  return Status::Ok();
+}
+
+}  // namespace linattn::detail

@@ -40,6 +40,7 @@ struct Problem {
   GateTransform gate_tf;  // identity unless use_gate_in_kernel
 
   Device device;
+  DType dtype = DType::kFloat32;  // dtype of q, k, v (float64 inputs select a float64 compute path)
 
   int64_t seq_len(int64_t n) const { return cu[n + 1] - cu[n]; }
   int64_t qk_head(int64_t hv) const { return hv / G; }

@@ -164,6 +164,7 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   if (in.v.ndim != 4) return Status::Invalid("v must be 4-D [B, T, HV, V], got " + shape_str(in.v));
   const Device dev = in.q.device;
   p->device = dev;
+  p->dtype = in.q.dtype;
   p->B = in.q.shape[0];
   p->T = in.q.shape[1];
   p->H = in.q.shape[2];

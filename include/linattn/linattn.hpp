@@ -93,8 +93,9 @@ struct Options {
   bool use_beta_sigmoid_in_kernel = false;
   bool allow_neg_eigval = false;         // with beta sigmoid: beta <- 2 sigmoid(beta)
   bool use_gate_in_kernel = false;       // KDA, GDN: g is raw; A_log (+ dt_bias) form the decay
-  bool safe_gate = false;                // KDA: g in [lower_bound, 0) (lower-bound gate)
-  std::optional<float> lower_bound;      // with safe_gate; in [-5, 0)
+  bool safe_gate = false;                // KDA: promises g in [lower_bound, 0) (faster GPU path)
+  std::optional<float> lower_bound;      // KDA, in [-5, 0): with use_gate_in_kernel selects
+                                         // g = L * sigmoid(exp(A_log) * (g + dt_bias))
   bool state_v_first = false;            // states stored [.., V, K] instead of [.., K, V]
 };
 

@@ -272,17 +272,35 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
     LINATTN_TRY(check_tensor("g_gamma", in.g_gamma, {HV}, dev));
   }
 
-  // ---- in-kernel gate
+  // ---- in-kernel gate. As in FLA: with use_gate_in_kernel, a lower_bound selects the
+  // lower-bound activation L * sigmoid(exp(A_log) * (g + dt_bias)) (A_log optional); without
+  // one the activation is -exp(A_log) * softplus(g + dt_bias). safe_gate promises g in [L, 0)
+  // (computed in-kernel or passed) so backends may take the faster tensor-core path.
   p->has_A_log = in.A_log.present();
   p->has_dt_bias = in.dt_bias.present();
+  if (opt.lower_bound.has_value() && family != Family::kKDA) {
+    return Status::Unsupported(std::string("lower_bound / safe_gate is for KDA only, not ") + fam);
+  }
+  if (opt.safe_gate) {
+    if (family != Family::kKDA) return Status::Unsupported(std::string("safe_gate is for KDA only, not ") + fam);
+    if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
+  }
+  if (opt.lower_bound.has_value()) {
+    const float L = *opt.lower_bound;
+    if (!(L >= -5.0f && L < 0.0f)) {
+      return Status::Invalid("lower_bound must lie in [-5, 0), got " + std::to_string(L));
+    }
+    if (!opt.use_gate_in_kernel && !opt.safe_gate) {
+      return Status::Invalid("lower_bound has no effect without use_gate_in_kernel or safe_gate");
+    }
+    p->gate_tf.lower_bound = L;
+  }
   if (opt.use_gate_in_kernel) {
     if (!p->delta) return Status::Unsupported(std::string("use_gate_in_kernel is for KDA and GDN, not ") + fam);
-    if (opt.safe_gate) {
-      if (family != Family::kKDA) return Status::Unsupported("safe_gate / lower_bound is for KDA only");
-      if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
+    if (opt.lower_bound.has_value()) {
       p->gate_tf.kind = GateTransform::Kind::kLowerBound;
     } else {
-      if (!p->has_A_log) return Status::Invalid("use_gate_in_kernel needs A_log (or safe_gate with lower_bound)");
+      if (!p->has_A_log) return Status::Invalid("use_gate_in_kernel needs A_log (or a lower_bound)");
       p->gate_tf.kind = GateTransform::Kind::kSoftplus;
     }
     if (p->has_A_log) {
@@ -300,18 +318,6 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   } else {
     if (p->has_A_log) return Status::Invalid("A_log is given but use_gate_in_kernel is false");
     if (p->has_dt_bias) return Status::Invalid("dt_bias is given but use_gate_in_kernel is false");
-    if (opt.safe_gate) {
-      if (family != Family::kKDA) return Status::Unsupported("safe_gate / lower_bound is for KDA only");
-      if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
-    }
-  }
-  if (opt.lower_bound.has_value()) {
-    if (!opt.safe_gate) return Status::Invalid("lower_bound is given but safe_gate is false");
-    const float L = *opt.lower_bound;
-    if (!(L >= -5.0f && L < 0.0f)) {
-      return Status::Invalid("lower_bound must lie in [-5, 0), got " + std::to_string(L));
-    }
-    p->gate_tf.lower_bound = L;
   }
 
   // ---- beta

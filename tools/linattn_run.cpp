@@ -1,4 +1,590 @@
-// TEMPORARY placeholder, replaced by the CLI.
+// linattn-run: run one operator forward (+ backward) on random inputs of a given shape on the
+// best device present, print time, throughput and checksums, and optionally check the result
+// against the float64 reference.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "linattn/linattn.hpp"
-int main() { std::printf("linattn %s\n", linattn::version()); return 0; }
+
+#ifdef LINATTN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using namespace linattn;
+
+const char* kUsage = R"(usage: linattn-run [options]
+
+Runs one linattn operator forward and backward on random inputs and reports time,
+throughput and checksums.
+
+operator and shape
+  --family NAME        kda | gdn | gla | simple_gla            (default kda)
+  --B N --T N          batch and sequence length                (default 1, 4096)
+  --H N --HV N         query/key heads and value heads (HV = G*H; default HV = H = 8)
+  --K N --V N          head sizes                               (default 128, 128)
+  --dtype NAME         bf16 | fp16 | fp32 | fp64                (default bf16)
+  --cu-seqlens LIST    comma-separated offsets (implies B = 1 and T = last entry)
+  --num-seqs N         split T into N random-length sequences (varlen, B = 1)
+
+options (SPEC.md)
+  --l2norm             use_qk_l2norm_in_kernel
+  --gate-in-kernel     use_gate_in_kernel (KDA/GDN; A_log and dt_bias are generated)
+  --lower-bound L      KDA lower-bound gate L*sigmoid(...) (with --gate-in-kernel)
+  --safe-gate          safe_gate (KDA; needs --lower-bound)
+  --beta-sigmoid       use_beta_sigmoid_in_kernel
+  --neg-eigval         allow_neg_eigval (with --beta-sigmoid)
+  --state-v-first      states stored [.., V, K]
+  --initial-state      pass a random initial state (and get dh0)
+  --final-state        request the final state (and pass a random dht)
+  --g-gamma            simple GLA: use a per-head constant decay g_gamma instead of g
+  --scale X            attention scale (default K^-0.5)
+
+run
+  --device NAME        auto | cpu | cuda                        (default auto: cuda if present)
+  --no-backward        forward only
+  --repeat N           timed repetitions, the median is reported (default 3)
+  --check              compare with the float64 reference (slow for large shapes)
+  --seed N             RNG seed (default 0)
+  --help               this text
+)";
+
+struct Args {
+  Family family = Family::kKDA;
+  int64_t B = 1, T = 4096, H = 8, HV = -1, K = 128, V = 128;
+  DType dtype = DType::kBFloat16;
+  std::vector<int64_t> cu;
+  int64_t num_seqs = 0;
+  Options opt;
+  bool gate_in_kernel = false, initial_state = false, final_state = false, g_gamma = false;
+  std::string device = "auto";
+  bool backward = true, check = false;
+  int repeat = 3;
+  uint64_t seed = 0;
+};
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "linattn-run: %s\n(see --help)\n", msg.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  auto need = [&](int& i) -> std::string {
+    if (i + 1 >= argc) die(std::string("missing value after ") + argv[i]);
+    return argv[++i];
+  };
+  auto num = [&](int& i) -> int64_t {
+    std::string s = need(i);
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (!end || *end) die("not an integer: " + s);
+    return v;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    if (f == "--help" || f == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (f == "--family") {
+      std::string s = need(i);
+      if (s == "kda") a.family = Family::kKDA;
+      else if (s == "gdn") a.family = Family::kGDN;
+      else if (s == "gla") a.family = Family::kGLA;
+      else if (s == "simple_gla") a.family = Family::kSimpleGLA;
+      else die("unknown family " + s);
+    } else if (f == "--B") a.B = num(i);
+    else if (f == "--T") a.T = num(i);
+    else if (f == "--H") a.H = num(i);
+    else if (f == "--HV") a.HV = num(i);
+    else if (f == "--K") a.K = num(i);
+    else if (f == "--V") a.V = num(i);
+    else if (f == "--dtype") {
+      std::string s = need(i);
+      if (s == "bf16") a.dtype = DType::kBFloat16;
+      else if (s == "fp16") a.dtype = DType::kFloat16;
+      else if (s == "fp32") a.dtype = DType::kFloat32;
+      else if (s == "fp64") a.dtype = DType::kFloat64;
+      else die("unknown dtype " + s);
+    } else if (f == "--cu-seqlens") {
+      std::stringstream ss(need(i));
+      std::string item;
+      while (std::getline(ss, item, ',')) a.cu.push_back(std::stoll(item));
+    } else if (f == "--num-seqs") a.num_seqs = num(i);
+    else if (f == "--l2norm") a.opt.use_qk_l2norm_in_kernel = true;
+    else if (f == "--gate-in-kernel") a.gate_in_kernel = a.opt.use_gate_in_kernel = true;
+    else if (f == "--lower-bound") a.opt.lower_bound = std::stof(need(i));
+    else if (f == "--safe-gate") a.opt.safe_gate = true;
+    else if (f == "--beta-sigmoid") a.opt.use_beta_sigmoid_in_kernel = true;
+    else if (f == "--neg-eigval") a.opt.allow_neg_eigval = true;
+    else if (f == "--state-v-first") a.opt.state_v_first = true;
+    else if (f == "--initial-state") a.initial_state = true;
+    else if (f == "--final-state") a.final_state = true;
+    else if (f == "--g-gamma") a.g_gamma = true;
+    else if (f == "--scale") a.opt.scale = std::stod(need(i));
+    else if (f == "--device") a.device = need(i);
+    else if (f == "--no-backward") a.backward = false;
+    else if (f == "--repeat") a.repeat = static_cast<int>(std::max<int64_t>(1, num(i)));
+    else if (f == "--check") a.check = true;
+    else if (f == "--seed") a.seed = static_cast<uint64_t>(num(i));
+    else die("unknown option " + f);
+  }
+  if (a.HV < 0) a.HV = a.H;
+  if (!a.cu.empty()) {
+    a.B = 1;
+    a.T = a.cu.back();
+  }
+  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") die("unknown device " + a.device);
+  return a;
+}
+
+// ---------------------------------------------------------------- host buffers
+uint16_t to_half_bits(float f, bool bf16) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (bf16) {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>(u >> 16);
+  }
+  // float16: values here are small and normal; round to nearest
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  int32_t exp = static_cast<int32_t>((u >> 23) & 0xff) - 127 + 15;
+  uint32_t man = u & 0x7fffffu;
+  if (exp <= 0) return static_cast<uint16_t>(sign);
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (man >> 13);
+  if ((man & 0x1fffu) > 0x1000u || ((man & 0x1fffu) == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(h);
+}
+
+float from_half_bits(uint16_t h, bool bf16) {
+  if (bf16) {
+    uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const int32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(man), -24);
+    if (sign) f = -f;
+    return f;
+  }
+  uint32_t u = sign | (exp == 31 ? 0x7f800000u | (man << 13)
+                                 : (static_cast<uint32_t>(exp + 112) << 23) | (man << 13));
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Buffer {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> host;
+  void* device_ptr = nullptr;  // CUDA copy when running on the GPU
+  bool present = false;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  void alloc(DType dt, std::vector<int64_t> s) {
+    dtype = dt;
+    shape = std::move(s);
+    host.assign(static_cast<size_t>(numel()) * dtype_size(dt), 0);
+    present = true;
+  }
+  double get(int64_t i) const {
+    switch (dtype) {
+      case DType::kBFloat16: return from_half_bits(reinterpret_cast<const uint16_t*>(host.data())[i], true);
+      case DType::kFloat16: return from_half_bits(reinterpret_cast<const uint16_t*>(host.data())[i], false);
+      case DType::kFloat32: return reinterpret_cast<const float*>(host.data())[i];
+      case DType::kFloat64: return reinterpret_cast<const double*>(host.data())[i];
+      case DType::kInt32: return reinterpret_cast<const int32_t*>(host.data())[i];
+      case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(host.data())[i]);
+      default: return reinterpret_cast<const uint8_t*>(host.data())[i];
+    }
+  }
+  void set(int64_t i, double x) {
+    switch (dtype) {
+      case DType::kBFloat16: reinterpret_cast<uint16_t*>(host.data())[i] = to_half_bits(static_cast<float>(x), true); break;
+      case DType::kFloat16: reinterpret_cast<uint16_t*>(host.data())[i] = to_half_bits(static_cast<float>(x), false); break;
+      case DType::kFloat32: reinterpret_cast<float*>(host.data())[i] = static_cast<float>(x); break;
+      case DType::kFloat64: reinterpret_cast<double*>(host.data())[i] = x; break;
+      case DType::kInt32: reinterpret_cast<int32_t*>(host.data())[i] = static_cast<int32_t>(x); break;
+      case DType::kInt64: reinterpret_cast<int64_t*>(host.data())[i] = static_cast<int64_t>(x); break;
+      default: reinterpret_cast<uint8_t*>(host.data())[i] = static_cast<uint8_t>(x); break;
+    }
+  }
+  TensorView view(bool on_device) const {
+    if (!present) return TensorView{};
+    TensorView t;
+    t.data = on_device ? device_ptr : const_cast<unsigned char*>(host.data());
+    t.dtype = dtype;
+    t.ndim = static_cast<int32_t>(shape.size());
+    int64_t stride = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+      t.shape[i] = shape[i];
+      t.strides[i] = stride;
+      stride *= shape[i];
+    }
+    if (on_device) t.device = Device{DeviceType::kCUDA, 0};
+    return t;
+  }
+  double checksum() const {
+    double s = 0;
+    for (int64_t i = 0; i < numel(); ++i) s += get(i);
+    return s;
+  }
+};
+
+bool g_cuda = false;
+
+void check_cuda(int err, const char* what) {
+#ifdef LINATTN_WITH_CUDA
+  if (err != 0) die(std::string(what) + ": " + cudaGetErrorString(static_cast<cudaError_t>(err)));
+#else
+  (void)err;
+  (void)what;
+#endif
+}
+
+void to_device(Buffer& b) {
+#ifdef LINATTN_WITH_CUDA
+  if (!g_cuda || !b.present) return;
+  if (!b.device_ptr) check_cuda(cudaMalloc(&b.device_ptr, std::max<size_t>(b.host.size(), 1)), "cudaMalloc");
+  check_cuda(cudaMemcpy(b.device_ptr, b.host.data(), b.host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+#else
+  (void)b;
+#endif
+}
+
+void to_host(Buffer& b) {
+#ifdef LINATTN_WITH_CUDA
+  if (!g_cuda || !b.present) return;
+  check_cuda(cudaMemcpy(b.host.data(), b.device_ptr, b.host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+#else
+  (void)b;
+#endif
+}
+
+void sync() {
+#ifdef LINATTN_WITH_CUDA
+  if (g_cuda) check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+}
+
+struct Scratch {
+  std::vector<unsigned char> host;
+  void* device_ptr = nullptr;
+  size_t bytes = 0;
+  Workspace get(size_t need) {
+    if (need > bytes) {
+      bytes = need;
+      if (g_cuda) {
+#ifdef LINATTN_WITH_CUDA
+        if (device_ptr) cudaFree(device_ptr);
+        check_cuda(cudaMalloc(&device_ptr, need), "cudaMalloc");
+#endif
+      } else {
+        host.assign(need, 0);
+      }
+    }
+    return Workspace{g_cuda ? device_ptr : static_cast<void*>(host.data()), bytes};
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double rel_err(const Buffer& x, const Buffer& ref) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double a = x.get(i), b = ref.get(i);
+    if (!std::isfinite(a)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+void require(const Status& s, const char* what) {
+  if (!s.ok()) die(std::string(what) + " failed: " + s.message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  g_cuda = a.device == "cuda" || (a.device == "auto" && cuda_available());
+  if (a.device == "cuda" && !cuda_available()) die("--device cuda: no CUDA backend or device");
+
+  const bool delta = a.family == Family::kGDN || a.family == Family::kKDA;
+  const bool vector_gate = a.family == Family::kKDA || a.family == Family::kGLA;
+  std::mt19937_64 gen(a.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+
+  // sequences
+  if (a.num_seqs > 0 && a.cu.empty()) {
+    if (a.B != 1) die("--num-seqs needs B = 1");
+    std::vector<int64_t> cuts;
+    std::uniform_int_distribution<int64_t> pick(1, std::max<int64_t>(1, a.T - 1));
+    for (int64_t i = 1; i < a.num_seqs; ++i) cuts.push_back(pick(gen));
+    std::sort(cuts.begin(), cuts.end());
+    a.cu.push_back(0);
+    for (int64_t c : cuts) a.cu.push_back(c);
+    a.cu.push_back(a.T);
+  }
+  const int64_t N = a.cu.empty() ? a.B : static_cast<int64_t>(a.cu.size()) - 1;
+
+  Buffer q, k, v, g, g_gamma, beta, A_log, dt_bias, h0, cu, o, ht, d_o, dht;
+  q.alloc(a.dtype, {a.B, a.T, a.H, a.K});
+  k.alloc(a.dtype, {a.B, a.T, a.H, a.K});
+  v.alloc(a.dtype, {a.B, a.T, a.HV, a.V});
+  auto fill = [&](Buffer& b, double scale) {
+    for (int64_t i = 0; i < b.numel(); ++i) b.set(i, scale * normal(gen));
+  };
+  auto logsigmoid_gate = [&](Buffer& b) {
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      const double x = normal(gen);
+      b.set(i, (x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x))) / 16.0);
+    }
+  };
+  // keys scaled so that beta * |k|^2 stays O(1) without l2norm, as in real models
+  const double key_scale = a.opt.use_qk_l2norm_in_kernel ? 1.0 : 1.0 / std::sqrt(static_cast<double>(a.K));
+  fill(q, 1.0);
+  fill(k, key_scale);
+  fill(v, 1.0);
+  const DType gate_dtype = a.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  if (a.family == Family::kSimpleGLA && a.g_gamma) {
+    g_gamma.alloc(gate_dtype, {a.HV});
+    for (int64_t i = 0; i < a.HV; ++i) g_gamma.set(i, -std::ldexp(1.0, -5 - static_cast<int>(i % 4)));
+  } else {
+    if (vector_gate) g.alloc(gate_dtype, {a.B, a.T, a.HV, a.K});
+    else g.alloc(gate_dtype, {a.B, a.T, a.HV});
+    if (a.gate_in_kernel) fill(g, 1.0);
+    else logsigmoid_gate(g);
+  }
+  if (a.gate_in_kernel) {
+    A_log.alloc(gate_dtype, {a.HV});
+    for (int64_t i = 0; i < a.HV; ++i) A_log.set(i, std::log(0.5 + 0.5 * (i % 3)) - 2.0);
+    dt_bias.alloc(gate_dtype, {a.family == Family::kKDA ? a.HV * a.K : a.HV});
+    fill(dt_bias, 0.5);
+  }
+  if (delta) {
+    beta.alloc(a.dtype, {a.B, a.T, a.HV});
+    std::uniform_real_distribution<double> u01(0.05, 0.95);
+    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, a.opt.use_beta_sigmoid_in_kernel ? normal(gen) : u01(gen));
+  }
+  std::vector<int64_t> state_shape = a.opt.state_v_first ? std::vector<int64_t>{N, a.HV, a.V, a.K}
+                                                         : std::vector<int64_t>{N, a.HV, a.K, a.V};
+  const DType state_dtype = a.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  if (a.initial_state) {
+    h0.alloc(state_dtype, state_shape);
+    fill(h0, 0.1);
+  }
+  if (!a.cu.empty()) {
+    cu.alloc(DType::kInt64, {static_cast<int64_t>(a.cu.size())});
+    for (size_t i = 0; i < a.cu.size(); ++i) cu.set(static_cast<int64_t>(i), static_cast<double>(a.cu[i]));
+  }
+  o.alloc(a.dtype, {a.B, a.T, a.HV, a.V});
+  if (a.final_state) ht.alloc(state_dtype, state_shape);
+  d_o.alloc(a.dtype, {a.B, a.T, a.HV, a.V});
+  fill(d_o, 1.0);
+  if (a.final_state) {
+    dht.alloc(state_dtype, state_shape);
+    fill(dht, 0.1);
+  }
+
+  Buffer* all_inputs[] = {&q, &k, &v, &g, &g_gamma, &beta, &A_log, &dt_bias, &h0, &cu, &o, &ht, &d_o, &dht};
+  for (Buffer* b : all_inputs) to_device(*b);
+
+  ForwardInputs in;
+  in.q = q.view(g_cuda);
+  in.k = k.view(g_cuda);
+  in.v = v.view(g_cuda);
+  in.g = g.view(g_cuda);
+  in.g_gamma = g_gamma.view(g_cuda);
+  in.beta = beta.view(g_cuda);
+  in.A_log = A_log.view(g_cuda);
+  in.dt_bias = dt_bias.view(g_cuda);
+  in.initial_state = h0.view(g_cuda);
+  in.cu_seqlens = cu.view(g_cuda);
+  if (cu.present && g_cuda) in.cu_seqlens_host = cu.view(false);
+  ForwardOutputs out;
+  out.o = o.view(g_cuda);
+  out.final_state = ht.view(g_cuda);
+
+  std::printf("linattn-run %s: family=%s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld dtype=%s sequences=%lld device=%s\n",
+              version(), family_name(a.family), (long long)a.B, (long long)a.T, (long long)a.H,
+              (long long)a.HV, (long long)a.K, (long long)a.V, dtype_name(a.dtype), (long long)N,
+              g_cuda ? "cuda" : "cpu");
+
+  Scratch fws, bws;
+  size_t fbytes = 0;
+  require(forward_workspace_size(a.family, in, a.opt, &fbytes), "forward_workspace_size");
+  const Workspace fw = fws.get(fbytes);
+
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms_since = [&](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(now() - t0).count();
+  };
+
+  // warm-up + timed forward
+  require(forward(a.family, in, out, a.opt, fw), "forward");
+  sync();
+  std::vector<double> fwd_ms;
+  for (int r = 0; r < a.repeat; ++r) {
+    auto t0 = now();
+    require(forward(a.family, in, out, a.opt, fw), "forward");
+    sync();
+    fwd_ms.push_back(ms_since(t0));
+  }
+  to_host(o);
+  to_host(ht);
+  const double tokens = static_cast<double>(a.B * a.T);
+  const double f_ms = median(fwd_ms);
+  std::printf("forward : %10.3f ms  %10.3f Mtok/s  checksum(o)=%.6e", f_ms, tokens / f_ms / 1e3, o.checksum());
+  if (ht.present) std::printf("  checksum(final_state)=%.6e", ht.checksum());
+  std::printf("\n");
+
+  Buffer dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0;
+  bool backward_ran = false;
+  BackwardInputs bin;
+  BackwardOutputs bout;
+  if (a.backward) {
+    dq.alloc(a.dtype, q.shape);
+    dk.alloc(a.dtype, k.shape);
+    dv.alloc(a.dtype, v.shape);
+    if (g.present) dg.alloc(g.dtype, g.shape);
+    if (g_gamma.present) dg_gamma.alloc(g_gamma.dtype, g_gamma.shape);
+    if (beta.present) dbeta.alloc(beta.dtype, beta.shape);
+    if (A_log.present) dA_log.alloc(A_log.dtype, A_log.shape);
+    if (dt_bias.present) ddt_bias.alloc(dt_bias.dtype, dt_bias.shape);
+    if (h0.present) dh0.alloc(h0.dtype, h0.shape);
+    Buffer* grads[] = {&dq, &dk, &dv, &dg, &dg_gamma, &dbeta, &dA_log, &ddt_bias, &dh0};
+    for (Buffer* b : grads) to_device(*b);
+    bin.fwd = in;
+    bin.d_o = d_o.view(g_cuda);
+    bin.dht = dht.view(g_cuda);
+    bout.dq = dq.view(g_cuda);
+    bout.dk = dk.view(g_cuda);
+    bout.dv = dv.view(g_cuda);
+    bout.dg = dg.view(g_cuda);
+    bout.dg_gamma = dg_gamma.view(g_cuda);
+    bout.dbeta = dbeta.view(g_cuda);
+    bout.dA_log = dA_log.view(g_cuda);
+    bout.ddt_bias = ddt_bias.view(g_cuda);
+    bout.dh0 = dh0.view(g_cuda);
+    size_t bbytes = 0;
+    require(backward_workspace_size(a.family, bin, a.opt, &bbytes), "backward_workspace_size");
+    const Workspace bw = bws.get(bbytes);
+    Status s = backward(a.family, bin, bout, a.opt, bw);
+    if (s.code == StatusCode::kNotSupported) {
+      std::printf("backward: not run (%s)\n", s.message.c_str());
+    } else {
+      require(s, "backward");
+      sync();
+      std::vector<double> bwd_ms;
+      for (int r = 0; r < a.repeat; ++r) {
+        auto t0 = now();
+        require(backward(a.family, bin, bout, a.opt, bw), "backward");
+        sync();
+        bwd_ms.push_back(ms_since(t0));
+      }
+      for (Buffer* b : grads) to_host(*b);
+      const double b_ms = median(bwd_ms);
+      std::printf("backward: %10.3f ms  %10.3f Mtok/s  checksum(dq,dk,dv)=%.6e %.6e %.6e\n", b_ms,
+                  tokens / b_ms / 1e3, dq.checksum(), dk.checksum(), dv.checksum());
+      std::printf("fwd+bwd : %10.3f ms\n", f_ms + b_ms);
+      backward_ran = true;
+    }
+  }
+
+  int failures = 0;
+  if (a.check) {
+    // Reference on host copies; outputs in float64.
+    ForwardInputs rin = in;
+    rin.q = q.view(false);
+    rin.k = k.view(false);
+    rin.v = v.view(false);
+    rin.g = g.view(false);
+    rin.g_gamma = g_gamma.view(false);
+    rin.beta = beta.view(false);
+    rin.A_log = A_log.view(false);
+    rin.dt_bias = dt_bias.view(false);
+    rin.initial_state = h0.view(false);
+    rin.cu_seqlens = cu.view(false);
+    rin.cu_seqlens_host = TensorView{};
+    Buffer ro, rht;
+    ro.alloc(a.dtype, o.shape);  // reference_forward writes o in v's dtype
+    if (ht.present) rht.alloc(ht.dtype, ht.shape);
+    ForwardOutputs rout;
+    rout.o = ro.view(false);
+    rout.final_state = rht.view(false);
+    require(reference_forward(a.family, rin, rout, a.opt), "reference_forward");
+    const double tol = a.dtype == DType::kFloat64 ? 1e-5 : a.dtype == DType::kFloat32 ? 2e-3 : 1e-2;
+    auto report = [&](const char* name, const Buffer& x, const Buffer& ref) {
+      if (!x.present) return;
+      const double e = rel_err(x, ref);
+      const bool ok = e <= tol;
+      failures += !ok;
+      std::printf("check %-12s rel_err=%.3e  %s (tol %.0e)\n", name, e, ok ? "ok" : "FAIL", tol);
+    };
+    report("o", o, ro);
+    report("final_state", ht, rht);
+    if (backward_ran) {
+      BackwardInputs rbin;
+      rbin.fwd = rin;
+      rbin.d_o = d_o.view(false);
+      rbin.dht = dht.view(false);
+      Buffer r_dq, r_dk, r_dv, r_dg, r_dgg, r_db, r_dA, r_ddt, r_dh0;
+      r_dq.alloc(dq.dtype, dq.shape);
+      r_dk.alloc(dk.dtype, dk.shape);
+      r_dv.alloc(dv.dtype, dv.shape);
+      if (dg.present) r_dg.alloc(dg.dtype, dg.shape);
+      if (dg_gamma.present) r_dgg.alloc(dg_gamma.dtype, dg_gamma.shape);
+      if (dbeta.present) r_db.alloc(dbeta.dtype, dbeta.shape);
+      if (dA_log.present) r_dA.alloc(dA_log.dtype, dA_log.shape);
+      if (ddt_bias.present) r_ddt.alloc(ddt_bias.dtype, ddt_bias.shape);
+      if (dh0.present) r_dh0.alloc(dh0.dtype, dh0.shape);
+      BackwardOutputs rb;
+      rb.dq = r_dq.view(false);
+      rb.dk = r_dk.view(false);
+      rb.dv = r_dv.view(false);
+      rb.dg = r_dg.view(false);
+      rb.dg_gamma = r_dgg.view(false);
+      rb.dbeta = r_db.view(false);
+      rb.dA_log = r_dA.view(false);
+      rb.ddt_bias = r_ddt.view(false);
+      rb.dh0 = r_dh0.view(false);
+      require(reference_backward(a.family, rbin, rb, a.opt), "reference_backward");
+      report("dq", dq, r_dq);
+      report("dk", dk, r_dk);
+      report("dv", dv, r_dv);
+      report("dg", dg, r_dg);
+      report("dg_gamma", dg_gamma, r_dgg);
+      report("dbeta", dbeta, r_db);
+      report("dA_log", dA_log, r_dA);
+      report("ddt_bias", ddt_bias, r_ddt);
+      report("dh0", dh0, r_dh0);
+    }
+    std::printf("check: %s\n", failures ? "FAILED" : "passed");
+  }
+  return failures ? 1 : 0;
+}

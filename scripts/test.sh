@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test that this machine can run: the C++ suites (ctest:
+# GoogleTest, CPU backend, float64 reference, validation; the GPU suite skips itself without a
+# GPU) and the Python package's tests (pytest, after pip install .). Installs what it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin"
+jobs=$(nproc)
+start=$(date +%s)
+bash scripts/install_deps.sh --python
+echo "== deps ready after $(( $(date +%s) - start )) s"
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+echo "== C++ build done after $(( $(date +%s) - start )) s"
+ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== ctest done after $(( $(date +%s) - start )) s"
+
+if [ -f pyproject.toml ]; then
+  python3 -m pip install -q --disable-pip-version-check --no-build-isolation -Cbuild-dir=build/python .
+  echo "== pip install done after $(( $(date +%s) - start )) s"
+  (cd /tmp && python3 -c "import linattn; print('linattn', linattn.__version__)")
+  python3 -m pytest tests/python -q
+  echo "== pytest done after $(( $(date +%s) - start )) s"
+fi

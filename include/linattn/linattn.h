@@ -1,0 +1,102 @@
+/* linattn C ABI: a thin, stable layer over the C++ API (linattn.hpp) for other languages and
+ * inference engines. Same semantics: caller-allocated outputs and workspace, validation first,
+ * nothing written on error. Every call returns a linattn_status_code; on failure the message is
+ * copied into `err` (when err_len > 0). */
+#ifndef LINATTN_LINATTN_H_
+#define LINATTN_LINATTN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum linattn_dtype {
+  LINATTN_FLOAT16 = 0,
+  LINATTN_BFLOAT16 = 1,
+  LINATTN_FLOAT32 = 2,
+  LINATTN_FLOAT64 = 3,
+  LINATTN_INT32 = 4,
+  LINATTN_INT64 = 5,
+  LINATTN_UINT8 = 6
+};
+enum linattn_device_type { LINATTN_CPU = 1, LINATTN_CUDA = 2 };
+enum linattn_family { LINATTN_SIMPLE_GLA = 0, LINATTN_GLA = 1, LINATTN_GDN = 2, LINATTN_KDA = 3 };
+enum linattn_status_code {
+  LINATTN_OK = 0,
+  LINATTN_INVALID_ARGUMENT = 1,
+  LINATTN_NOT_SUPPORTED = 2,
+  LINATTN_WORKSPACE_TOO_SMALL = 3,
+  LINATTN_BACKEND_ERROR = 4
+};
+
+#define LINATTN_MAX_DIMS 6
+
+/* ndim < 0: absent (optional argument not given). Strides in elements. */
+typedef struct linattn_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t shape[LINATTN_MAX_DIMS];
+  int64_t strides[LINATTN_MAX_DIMS];
+  int32_t device_type;
+  int32_t device_index;
+} linattn_tensor;
+
+typedef struct linattn_options {
+  int32_t has_scale; /* 0: scale = K ** -0.5 */
+  double scale;
+  int32_t use_qk_l2norm_in_kernel;
+  int32_t use_beta_sigmoid_in_kernel;
+  int32_t allow_neg_eigval;
+  int32_t use_gate_in_kernel;
+  int32_t safe_gate;
+  int32_t has_lower_bound;
+  float lower_bound;
+  int32_t state_v_first;
+} linattn_options;
+
+typedef struct linattn_forward_inputs {
+  linattn_tensor q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_host;
+} linattn_forward_inputs;
+
+typedef struct linattn_forward_outputs {
+  linattn_tensor o, final_state, h, saved;
+} linattn_forward_outputs;
+
+typedef struct linattn_backward_inputs {
+  linattn_forward_inputs fwd;
+  linattn_tensor d_o, dht, saved;
+} linattn_backward_inputs;
+
+typedef struct linattn_backward_outputs {
+  linattn_tensor dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0;
+} linattn_backward_outputs;
+
+/* An absent tensor / default options, to start from. */
+linattn_tensor linattn_absent_tensor(void);
+linattn_options linattn_default_options(void);
+void linattn_forward_inputs_init(linattn_forward_inputs* in);
+void linattn_forward_outputs_init(linattn_forward_outputs* out);
+void linattn_backward_inputs_init(linattn_backward_inputs* in);
+void linattn_backward_outputs_init(linattn_backward_outputs* out);
+
+int linattn_forward_workspace_size(int family, const linattn_forward_inputs* in,
+                                   const linattn_options* opt, size_t* bytes, char* err, size_t err_len);
+int linattn_backward_workspace_size(int family, const linattn_backward_inputs* in,
+                                    const linattn_options* opt, size_t* bytes, char* err, size_t err_len);
+int linattn_saved_bytes(int family, const linattn_forward_inputs* in, const linattn_options* opt,
+                        size_t* bytes, char* err, size_t err_len);
+int linattn_forward(int family, const linattn_forward_inputs* in, const linattn_forward_outputs* out,
+                    const linattn_options* opt, void* workspace, size_t workspace_bytes, void* stream,
+                    char* err, size_t err_len);
+int linattn_backward(int family, const linattn_backward_inputs* in, const linattn_backward_outputs* out,
+                     const linattn_options* opt, void* workspace, size_t workspace_bytes, void* stream,
+                     char* err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LINATTN_LINATTN_H_ */

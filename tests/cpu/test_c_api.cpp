@@ -1,0 +1,129 @@
+// The C ABI gives the same results and the same errors as the C++ API.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "linattn/linattn.h"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace linattn;
+using linattn::test::HostTensor;
+
+linattn_tensor c_view(const TensorView& v) {
+  linattn_tensor t = linattn_absent_tensor();
+  if (!v.present()) return t;
+  t.data = v.data;
+  t.dtype = static_cast<int32_t>(v.dtype);
+  t.ndim = v.ndim;
+  for (int i = 0; i < v.ndim; ++i) {
+    t.shape[i] = v.shape[i];
+    t.strides[i] = v.strides[i];
+  }
+  t.device_type = LINATTN_CPU;
+  return t;
+}
+
+struct Case {
+  int64_t B = 1, T = 70, H = 2, HV = 4, K = 16, V = 8;
+  HostTensor q{DType::kFloat32, {B, T, H, K}}, k{DType::kFloat32, {B, T, H, K}},
+      v{DType::kFloat32, {B, T, HV, V}}, g{DType::kFloat32, {B, T, HV, K}}, beta{DType::kFloat32, {B, T, HV}},
+      o{DType::kFloat32, {B, T, HV, V}}, ht{DType::kFloat32, {B, HV, K, V}};
+  Case() {
+    test::fill_normal(q);
+    test::fill_normal(k, 0.0, 0.25);
+    test::fill_normal(v);
+    test::fill_logsigmoid_gate(g);
+    test::fill_uniform(beta, 0.1, 0.9);
+  }
+  ForwardInputs cpp_in() const {
+    ForwardInputs in;
+    in.q = q.view;
+    in.k = k.view;
+    in.v = v.view;
+    in.g = g.view;
+    in.beta = beta.view;
+    return in;
+  }
+  linattn_forward_inputs c_in() const {
+    linattn_forward_inputs in;
+    linattn_forward_inputs_init(&in);
+    in.q = c_view(q.view);
+    in.k = c_view(k.view);
+    in.v = c_view(v.view);
+    in.g = c_view(g.view);
+    in.beta = c_view(beta.view);
+    return in;
+  }
+};
+
+TEST(CApi, ForwardMatchesCppBitwise) {
+  Case c;
+  linattn_options opt = linattn_default_options();
+  opt.use_qk_l2norm_in_kernel = 1;
+  Options cpp_opt;
+  cpp_opt.use_qk_l2norm_in_kernel = true;
+
+  size_t bytes = 0;
+  char err[512] = {0};
+  linattn_forward_inputs in = c.c_in();
+  ASSERT_EQ(linattn_forward_workspace_size(LINATTN_KDA, &in, &opt, &bytes, err, sizeof err), LINATTN_OK) << err;
+  std::vector<unsigned char> ws(bytes + 1);
+
+  linattn_forward_outputs out;
+  linattn_forward_outputs_init(&out);
+  c.o.poison();
+  c.ht.poison();
+  out.o = c_view(c.o.view);
+  out.final_state = c_view(c.ht.view);
+  ASSERT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
+            LINATTN_OK)
+      << err;
+
+  HostTensor o2(DType::kFloat32, {c.B, c.T, c.HV, c.V}), ht2(DType::kFloat32, {c.B, c.HV, c.K, c.V});
+  o2.poison();
+  ForwardOutputs cpp_out;
+  cpp_out.o = o2.view;
+  cpp_out.final_state = ht2.view;
+  Status s = forward(Family::kKDA, c.cpp_in(), cpp_out, cpp_opt, Workspace{ws.data(), ws.size()});
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(0, std::memcmp(c.o.bytes.data(), o2.bytes.data(), c.o.bytes.size()));
+  EXPECT_EQ(0, std::memcmp(c.ht.bytes.data(), ht2.bytes.data(), c.ht.bytes.size()));
+  EXPECT_LT(test::rel_err(c.o, o2), 1e-12);  // also fails on NaN (unwritten)
+}
+
+TEST(CApi, ErrorsCarryCodeAndMessageAndWriteNothing) {
+  Case c;
+  linattn_forward_inputs in = c.c_in();
+  in.beta = linattn_absent_tensor();  // KDA needs beta
+  linattn_options opt = linattn_default_options();
+  linattn_forward_outputs out;
+  linattn_forward_outputs_init(&out);
+  c.o.poison();
+  out.o = c_view(c.o.view);
+  char err[512] = {0};
+  std::vector<unsigned char> ws(1 << 20);
+  EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
+            LINATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("beta"), std::string::npos) << err;
+  for (int64_t i = 0; i < c.o.numel(); ++i) ASSERT_TRUE(std::isnan(c.o.get(i)));
+
+  EXPECT_EQ(linattn_forward(7, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
+            LINATTN_INVALID_ARGUMENT);
+  EXPECT_EQ(linattn_forward(LINATTN_KDA, nullptr, &out, &opt, nullptr, 0, nullptr, err, sizeof err),
+            LINATTN_INVALID_ARGUMENT);
+  // A rank beyond the maximum is rejected, not read out of bounds.
+  in = c.c_in();
+  in.q.ndim = 9;
+  EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
+            LINATTN_INVALID_ARGUMENT);
+  // A short error buffer is truncated and terminated.
+  char tiny[4] = {'x', 'x', 'x', 'x'};
+  linattn_forward(LINATTN_KDA, nullptr, &out, &opt, nullptr, 0, nullptr, tiny, sizeof tiny);
+  EXPECT_EQ(tiny[3], '\0');
+}
+
+}  // namespace

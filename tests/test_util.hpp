@@ -5,11 +5,17 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <vector>
 
 #include "common/dtype.hpp"
 #include "linattn/linattn.hpp"
+
+namespace linattn {
+// Readable parameter names in GoogleTest output (found by argument-dependent lookup).
+inline void PrintTo(Family family, std::ostream* os) { *os << family_name(family); }
+}  // namespace linattn
 
 namespace linattn::test {
 

@@ -173,7 +173,10 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   p->V = in.v.shape[3];
   const int64_t B = p->B, T = p->T, H = p->H, K = p->K, HV = p->HV, V = p->V;
   if (B < 1 || T < 1) return Status::Invalid("q must have B >= 1 and T >= 1, got " + shape_str(in.q));
-  if (H < 1 || HV < 1) return Status::Invalid("head counts must be >= 1");
+  if (H < 1 || HV < 1) {
+    return Status::Invalid("head counts must be >= 1: q has H = " + std::to_string(H) + ", v has HV = " +
+                           std::to_string(HV));
+  }
   LINATTN_TRY(check_float("q", in.q));
   LINATTN_TRY(check_tensor("q", in.q, {B, T, H, K}, dev));
   LINATTN_TRY(check_same_as("k", in.k, "q", in.q, dev));
@@ -198,6 +201,10 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   if (in.cu_seqlens_host.present() && !in.cu_seqlens.present()) {
     return Status::Invalid("cu_seqlens_host is given without cu_seqlens");
   }
+  if (in.cu_seqlens_host.present() && in.cu_seqlens_host.device.type != DeviceType::kCPU) {
+    // Read on the host by every backend (CPU included), so it must be host memory.
+    return Status::Invalid("cu_seqlens_host must be in host (CPU) memory");
+  }
   if (in.cu_seqlens.present()) {
     if (B != 1) {
       return Status::Invalid("with cu_seqlens the batch size must be 1 (sequences are packed along T), got B = " +
@@ -218,9 +225,6 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
       if (!in.cu_seqlens_host.present()) {
         return Status::Invalid("with CUDA tensors, cu_seqlens needs its host copy cu_seqlens_host "
                                "(read for validation and chunk indexing without a device sync)");
-      }
-      if (in.cu_seqlens_host.device.type != DeviceType::kCPU) {
-        return Status::Invalid("cu_seqlens_host must be in host (CPU) memory");
       }
       if (in.cu_seqlens.ndim != 1 || in.cu_seqlens.shape[0] != in.cu_seqlens_host.shape[0] ||
           in.cu_seqlens.dtype != in.cu_seqlens_host.dtype || !in.cu_seqlens.is_contiguous() ||

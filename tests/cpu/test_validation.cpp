@@ -1,0 +1,1207 @@
+// One test per input rule of src/common/validate.cpp (and the workspace / saved-buffer checks of
+// api.cpp), through the public API on CPU tensors. Each test asserts the status code, that the
+// message names the offending argument, and that no output was written (every output buffer is
+// filled with a sentinel byte pattern before the call and compared after).
+//
+// Rules about the inputs are checked through every entry point that validates them: forward,
+// backward, reference_forward, reference_backward and the size queries.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "linattn/linattn.hpp"
+#include "test_util.hpp"
+
+namespace linattn::test {
+namespace {
+
+constexpr DType f32 = DType::kFloat32;
+constexpr unsigned char kSentinel = 0x5A;
+constexpr Device kCudaDevice{DeviceType::kCUDA, 0};
+
+void sentinel(HostTensor& t) { std::fill(t.bytes.begin(), t.bytes.end(), kSentinel); }
+
+bool untouched(const HostTensor& t) {
+  for (unsigned char b : t.bytes)
+    if (b != kSentinel) return false;
+  return true;
+}
+
+// A complete, valid call of one family (forward and backward, every optional output), which each
+// test breaks in exactly one way. Sizes: B = 2, T = 8, H = 2, HV = 4 (G = 2), K = 8, V = 16.
+struct Call {
+  Family fam;
+  Options opt;
+  int64_t B = 2, T = 8, H = 2, HV = 4, K = 8, V = 16;
+  HostTensor q, k, v, g, g_gamma, beta, A_log, dt_bias, h0, cu;
+  HostTensor o, fs, h;                                                      // forward outputs
+  HostTensor d_o, dht;                                                      // backward inputs
+  HostTensor dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0;        // backward outputs
+  ForwardInputs fin;
+  ForwardOutputs fout;
+  BackwardInputs bin;  // its .fwd is replaced by fin at each call
+  BackwardOutputs bout;
+
+  // varlen: B = 1 with cu_seqlens = {0, 3, 8}.
+  explicit Call(Family f, bool varlen = false) : fam(f) {
+    if (varlen) B = 1;
+    const int64_t N = varlen ? 2 : B;
+    const int64_t NT = varlen ? 2 : 1;
+    const bool vg = f == Family::kKDA || f == Family::kGLA;
+    const bool delta = f == Family::kKDA || f == Family::kGDN;
+    q = HostTensor(f32, {B, T, H, K});
+    k = HostTensor(f32, {B, T, H, K});
+    v = HostTensor(f32, {B, T, HV, V});
+    fill_normal(q);
+    fill_normal(k);
+    fill_normal(v);
+    g = vg ? HostTensor(f32, {B, T, HV, K}) : HostTensor(f32, {B, T, HV});
+    fill_logsigmoid_gate(g);
+    if (f == Family::kSimpleGLA) {
+      g_gamma = HostTensor(f32, {HV});
+      fill_uniform(g_gamma, -0.1, -0.01);
+    }
+    if (delta) {
+      beta = HostTensor(f32, {B, T, HV});
+      fill_uniform(beta, 0.1, 0.9);
+    }
+    h0 = HostTensor(f32, {N, HV, K, V});
+    fill_normal(h0);
+    if (varlen) {
+      cu = HostTensor(DType::kInt32, {3});
+      int32_t* c = static_cast<int32_t*>(cu.view.data);
+      c[0] = 0;
+      c[1] = 3;
+      c[2] = 8;
+    }
+    o = HostTensor(f32, {B, T, HV, V});
+    fs = HostTensor(f32, {N, HV, K, V});
+    h = HostTensor(f32, {varlen ? 1 : B, NT, HV, K, V});
+    d_o = HostTensor(f32, {B, T, HV, V});
+    fill_normal(d_o);
+    dht = HostTensor(f32, {N, HV, K, V});
+    fill_normal(dht);
+    dq = q;
+    dk = k;
+    dv = v;
+    dg = g;
+    if (g_gamma.present()) dg_gamma = g_gamma;
+    if (beta.present()) dbeta = beta;
+    dh0 = h0;
+    for (HostTensor* t : outputs()) sentinel(*t);
+
+    fin.q = q.view;
+    fin.k = k.view;
+    fin.v = v.view;
+    fin.g = g.view;
+    fin.g_gamma = g_gamma.view;
+    fin.beta = beta.view;
+    fin.initial_state = h0.view;
+    fin.cu_seqlens = cu.view;
+    fout.o = o.view;
+    fout.final_state = fs.view;
+    fout.h = h.view;
+    bin.d_o = d_o.view;
+    bin.dht = dht.view;
+    bout.dq = dq.view;
+    bout.dk = dk.view;
+    bout.dv = dv.view;
+    bout.dg = dg.view;
+    bout.dg_gamma = dg_gamma.view;
+    bout.dbeta = dbeta.view;
+    bout.dh0 = dh0.view;
+  }
+
+  // KDA / GDN: the in-kernel gate with A_log and dt_bias (and their gradients).
+  void enable_gate_in_kernel() {
+    opt.use_gate_in_kernel = true;
+    A_log = HostTensor(f32, {HV});
+    fill_uniform(A_log, -1, 0.5);
+    dt_bias = fam == Family::kKDA ? HostTensor(f32, {HV * K}) : HostTensor(f32, {HV});
+    fill_normal(dt_bias);
+    dA_log = A_log;
+    ddt_bias = dt_bias;
+    sentinel(dA_log);
+    sentinel(ddt_bias);
+    fin.A_log = A_log.view;
+    fin.dt_bias = dt_bias.view;
+    bout.dA_log = dA_log.view;
+    bout.ddt_bias = ddt_bias.view;
+  }
+
+  std::vector<HostTensor*> outputs() {
+    return {&o, &fs, &h, &dq, &dk, &dv, &dg, &dg_gamma, &dbeta, &dA_log, &ddt_bias, &dh0};
+  }
+
+  BackwardInputs backward_inputs() const {
+    BackwardInputs in = bin;
+    in.fwd = fin;
+    return in;
+  }
+
+  Status forward() { return linattn::forward(fam, fin, fout, opt); }
+  Status backward() { return linattn::backward(fam, backward_inputs(), bout, opt); }
+  Status ref_forward() { return reference_forward(fam, fin, fout, opt); }
+  Status ref_backward() { return reference_backward(fam, backward_inputs(), bout, opt); }
+};
+
+void expect_status(const Status& s, StatusCode code, const std::string& needle, const char* entry) {
+  EXPECT_EQ(static_cast<int>(s.code), static_cast<int>(code))
+      << entry << " returned \"" << s.message << "\"";
+  EXPECT_NE(s.message.find(needle), std::string::npos)
+      << entry << ": message \"" << s.message << "\" does not mention \"" << needle << "\"";
+}
+
+void expect_nothing_written(Call& c, const char* entry) {
+  const char* names[] = {"o", "final_state", "h", "dq", "dk", "dv", "dg", "dg_gamma",
+                         "dbeta", "dA_log", "ddt_bias", "dh0"};
+  int i = 0;
+  for (HostTensor* t : c.outputs()) {
+    EXPECT_TRUE(untouched(*t)) << entry << " wrote " << names[i] << " although it failed";
+    ++i;
+  }
+}
+
+// A rule about the forward *inputs*: every entry point refuses the call.
+void expect_input_rejected(Call& c, StatusCode code, const std::string& needle) {
+  expect_status(c.forward(), code, needle, "forward");
+  expect_nothing_written(c, "forward");
+  expect_status(c.backward(), code, needle, "backward");
+  expect_nothing_written(c, "backward");
+  expect_status(c.ref_forward(), code, needle, "reference_forward");
+  expect_nothing_written(c, "reference_forward");
+  expect_status(c.ref_backward(), code, needle, "reference_backward");
+  expect_nothing_written(c, "reference_backward");
+  const std::size_t kUnset = 0xDEADBEEF;
+  std::size_t bytes = kUnset;
+  expect_status(forward_workspace_size(c.fam, c.fin, c.opt, &bytes), code, needle,
+                "forward_workspace_size");
+  expect_status(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &bytes), code, needle,
+                "backward_workspace_size");
+  expect_status(saved_bytes(c.fam, c.fin, c.opt, &bytes), code, needle, "saved_bytes");
+  EXPECT_EQ(bytes, kUnset) << "a failing query wrote its result";
+}
+
+// A rule about the forward outputs only.
+void expect_forward_rejected(Call& c, StatusCode code, const std::string& needle) {
+  expect_status(c.forward(), code, needle, "forward");
+  expect_nothing_written(c, "forward");
+  expect_status(c.ref_forward(), code, needle, "reference_forward");
+  expect_nothing_written(c, "reference_forward");
+}
+
+// A rule about the backward's own inputs / outputs.
+void expect_backward_rejected(Call& c, StatusCode code, const std::string& needle) {
+  expect_status(c.backward(), code, needle, "backward");
+  expect_nothing_written(c, "backward");
+  expect_status(c.ref_backward(), code, needle, "reference_backward");
+  expect_nothing_written(c, "reference_backward");
+}
+
+constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
+constexpr StatusCode kUnsupported = StatusCode::kNotSupported;
+
+// ================================================================ the base call is valid
+class ValidationFamily : public ::testing::TestWithParam<Family> {};
+
+TEST_P(ValidationFamily, BaseCallIsAccepted) {
+  for (bool varlen : {false, true}) {
+    Call c(GetParam(), varlen);
+    if (c.fam == Family::kKDA || c.fam == Family::kGDN) c.enable_gate_in_kernel();
+    Status s = c.ref_forward();
+    EXPECT_TRUE(s.ok()) << s.message;
+    s = c.ref_backward();
+    EXPECT_TRUE(s.ok()) << s.message;
+    std::size_t bytes = 0;
+    EXPECT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &bytes).ok());
+    EXPECT_TRUE(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &bytes).ok());
+    EXPECT_TRUE(saved_bytes(c.fam, c.fin, c.opt, &bytes).ok());
+    int64_t nt = 0;
+    EXPECT_TRUE(num_chunks(c.fin, &nt).ok());
+    EXPECT_EQ(nt, 2);  // B = 2 x 1 chunk, or 2 sequences x 1 chunk
+  }
+}
+
+// ================================================================ dtypes
+TEST_P(ValidationFamily, QIntDtype) {
+  Call c(GetParam());
+  c.fin.q.dtype = DType::kInt32;
+  expect_input_rejected(c, kInvalid, "q must be float");
+}
+
+TEST_P(ValidationFamily, KDtypeDiffersFromQ) {
+  Call c(GetParam());
+  c.fin.k.dtype = DType::kBFloat16;
+  expect_input_rejected(c, kInvalid, "k must have the dtype of q");
+}
+
+TEST_P(ValidationFamily, VDtypeDiffersFromQ) {
+  Call c(GetParam());
+  c.fin.v.dtype = DType::kFloat16;
+  expect_input_rejected(c, kInvalid, "v must have the dtype of q");
+}
+
+TEST_P(ValidationFamily, GIntDtype) {
+  Call c(GetParam());
+  c.fin.g.dtype = DType::kInt32;
+  expect_input_rejected(c, kInvalid, "g must be float");
+}
+
+TEST(Validation, GGammaIntDtype) {
+  Call c(Family::kSimpleGLA);
+  c.fin.g_gamma.dtype = DType::kInt64;
+  expect_input_rejected(c, kInvalid, "g_gamma must be float");
+}
+
+TEST(Validation, BetaIntDtype) {
+  Call c(Family::kGDN);
+  c.fin.beta.dtype = DType::kInt32;
+  expect_input_rejected(c, kInvalid, "beta must be float");
+}
+
+TEST(Validation, ALogIntDtype) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.fin.A_log.dtype = DType::kInt32;
+  expect_input_rejected(c, kInvalid, "A_log must be float");
+}
+
+TEST(Validation, DtBiasIntDtype) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.fin.dt_bias.dtype = DType::kInt32;
+  expect_input_rejected(c, kInvalid, "dt_bias must be float");
+}
+
+TEST_P(ValidationFamily, InitialStateBf16) {
+  Call c(GetParam());
+  c.fin.initial_state.dtype = DType::kBFloat16;
+  expect_input_rejected(c, kInvalid, "initial_state must be float32");
+}
+
+TEST_P(ValidationFamily, CuSeqlensFloat) {
+  Call c(GetParam(), /*varlen=*/true);
+  c.fin.cu_seqlens.dtype = DType::kFloat32;
+  expect_input_rejected(c, kInvalid, "cu_seqlens must be int32 or int64");
+}
+
+TEST_P(ValidationFamily, OutputODtypeDiffersFromV) {
+  Call c(GetParam());
+  c.fout.o.dtype = DType::kBFloat16;
+  expect_forward_rejected(c, kInvalid, "o must have the dtype of v");
+}
+
+TEST_P(ValidationFamily, FinalStateBf16) {
+  Call c(GetParam());
+  c.fout.final_state.dtype = DType::kBFloat16;
+  expect_forward_rejected(c, kInvalid, "final_state must be float32");
+}
+
+TEST_P(ValidationFamily, HBf16) {
+  Call c(GetParam());
+  c.fout.h.dtype = DType::kBFloat16;
+  expect_forward_rejected(c, kInvalid, "h must be float32");
+}
+
+TEST_P(ValidationFamily, DoDtypeDiffersFromV) {
+  Call c(GetParam());
+  c.bin.d_o.dtype = DType::kBFloat16;
+  expect_backward_rejected(c, kInvalid, "d_o must have the dtype of v");
+}
+
+TEST_P(ValidationFamily, DhtBf16) {
+  Call c(GetParam());
+  c.bin.dht.dtype = DType::kBFloat16;
+  expect_backward_rejected(c, kInvalid, "dht must be float32");
+}
+
+TEST_P(ValidationFamily, DqDtypeDiffersFromQ) {
+  Call c(GetParam());
+  c.bout.dq.dtype = DType::kFloat64;
+  expect_backward_rejected(c, kInvalid, "dq must have the dtype of q");
+}
+
+TEST_P(ValidationFamily, DgDtypeDiffersFromG) {
+  Call c(GetParam());
+  c.bout.dg.dtype = DType::kBFloat16;
+  expect_backward_rejected(c, kInvalid, "dg must have the dtype of g");
+}
+
+// ================================================================ shapes
+TEST_P(ValidationFamily, QNot4D) {
+  Call c(GetParam());
+  c.fin.q.ndim = 3;
+  expect_input_rejected(c, kInvalid, "q must be 4-D");
+}
+
+TEST_P(ValidationFamily, VNot4D) {
+  Call c(GetParam());
+  c.fin.v.ndim = 3;
+  expect_input_rejected(c, kInvalid, "v must be 4-D");
+}
+
+TEST_P(ValidationFamily, KShapeDiffersFromQ) {
+  Call c(GetParam());
+  HostTensor k2(f32, {c.B, c.T, c.H, c.K / 2});
+  c.fin.k = k2.view;
+  expect_input_rejected(c, kInvalid, "k must have the shape of q");
+}
+
+TEST_P(ValidationFamily, VBatchDiffers) {
+  Call c(GetParam());
+  HostTensor v2(f32, {c.B + 1, c.T, c.HV, c.V});
+  c.fin.v = v2.view;
+  expect_input_rejected(c, kInvalid, "v must have shape");
+}
+
+TEST_P(ValidationFamily, VLengthDiffers) {
+  Call c(GetParam());
+  HostTensor v2(f32, {c.B, c.T - 1, c.HV, c.V});
+  c.fin.v = v2.view;
+  expect_input_rejected(c, kInvalid, "v must have shape");
+}
+
+TEST_P(ValidationFamily, ZeroLength) {
+  Call c(GetParam());
+  c.fin.q.shape[1] = 0;
+  expect_input_rejected(c, kInvalid, "T >= 1");
+}
+
+TEST_P(ValidationFamily, ZeroHeads) {
+  Call c(GetParam());
+  c.fin.q.shape[2] = 0;
+  expect_input_rejected(c, kInvalid, "head count");
+}
+
+TEST_P(ValidationFamily, HDoesNotDivideHV) {
+  Call c(GetParam());
+  HostTensor q3(f32, {c.B, c.T, 3, c.K}), k3(f32, {c.B, c.T, 3, c.K});
+  c.fin.q = q3.view;
+  c.fin.k = k3.view;
+  expect_input_rejected(c, kInvalid, "must be a multiple of the query/key head count");
+}
+
+TEST_P(ValidationFamily, KTooLarge) {
+  Call c(GetParam());
+  HostTensor q2(f32, {c.B, c.T, c.H, 300}), k2(f32, {c.B, c.T, c.H, 300});
+  c.fin.q = q2.view;
+  c.fin.k = k2.view;
+  expect_input_rejected(c, kUnsupported, "head size K = 300");
+}
+
+TEST_P(ValidationFamily, VTooLarge) {
+  Call c(GetParam());
+  HostTensor v2(f32, {c.B, c.T, c.HV, 300});
+  c.fin.v = v2.view;
+  expect_input_rejected(c, kUnsupported, "head size V = 300");
+}
+
+TEST(Validation, GPerChannelGivenToScalarGateFamily) {
+  Call c(Family::kGDN);
+  HostTensor g4(f32, {c.B, c.T, c.HV, c.K});
+  c.fin.g = g4.view;
+  expect_input_rejected(c, kInvalid, "g must have shape [2, 8, 4]");
+}
+
+TEST(Validation, GScalarGivenToPerChannelFamily) {
+  Call c(Family::kKDA);
+  HostTensor g3(f32, {c.B, c.T, c.HV});
+  c.fin.g = g3.view;
+  expect_input_rejected(c, kInvalid, "g must have shape [2, 8, 4, 8]");
+}
+
+TEST(Validation, GLAGateWrongLastDim) {
+  Call c(Family::kGLA);
+  HostTensor g4(f32, {c.B, c.T, c.HV, c.V});
+  c.fin.g = g4.view;
+  expect_input_rejected(c, kInvalid, "g must have shape");
+}
+
+TEST(Validation, SimpleGLAGateWrongHeads) {
+  Call c(Family::kSimpleGLA);
+  HostTensor g3(f32, {c.B, c.T, c.H});
+  c.fin.g = g3.view;
+  expect_input_rejected(c, kInvalid, "g must have shape");
+}
+
+TEST(Validation, GGammaShape) {
+  Call c(Family::kSimpleGLA);
+  HostTensor gg(f32, {c.H});
+  c.fin.g_gamma = gg.view;
+  expect_input_rejected(c, kInvalid, "g_gamma must have shape [4]");
+}
+
+TEST(Validation, BetaShapePerChannel) {
+  Call c(Family::kKDA);
+  HostTensor b4(f32, {c.B, c.T, c.HV, c.K});
+  c.fin.beta = b4.view;
+  expect_input_rejected(c, kInvalid, "beta must have shape");
+}
+
+TEST(Validation, BetaShapeQkHeads) {
+  Call c(Family::kGDN);
+  HostTensor b3(f32, {c.B, c.T, c.H});
+  c.fin.beta = b3.view;
+  expect_input_rejected(c, kInvalid, "beta must have shape");
+}
+
+TEST(Validation, ALogShape) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  HostTensor a(f32, {c.HV * c.K});
+  c.fin.A_log = a.view;
+  expect_input_rejected(c, kInvalid, "A_log must have shape [4]");
+}
+
+TEST(Validation, DtBiasShapeKDA) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  HostTensor d(f32, {c.HV});
+  c.fin.dt_bias = d.view;
+  expect_input_rejected(c, kInvalid, "dt_bias must have shape [32]");
+}
+
+TEST(Validation, DtBiasShapeGDN) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  HostTensor d(f32, {c.HV * c.K});
+  c.fin.dt_bias = d.view;
+  expect_input_rejected(c, kInvalid, "dt_bias must have shape [4]");
+}
+
+TEST_P(ValidationFamily, InitialStateVFirstLayoutWithoutOption) {
+  Call c(GetParam());
+  HostTensor s(f32, {c.B, c.HV, c.V, c.K});
+  c.fin.initial_state = s.view;
+  expect_input_rejected(c, kInvalid, "initial_state must have shape [2, 4, 8, 16]");
+}
+
+TEST_P(ValidationFamily, InitialStateKFirstLayoutWithVFirstOption) {
+  Call c(GetParam());
+  c.opt.state_v_first = true;
+  expect_input_rejected(c, kInvalid, "initial_state must have shape [2, 4, 16, 8]");
+}
+
+TEST_P(ValidationFamily, InitialStatePerBatchWithVarlen) {
+  Call c(GetParam(), /*varlen=*/true);
+  HostTensor s(f32, {1, c.HV, c.K, c.V});  // N = 2 sequences, not B = 1
+  c.fin.initial_state = s.view;
+  expect_input_rejected(c, kInvalid, "initial_state must have shape [2, 4, 8, 16]");
+}
+
+TEST_P(ValidationFamily, OShape) {
+  Call c(GetParam());
+  HostTensor o2(f32, {c.B, c.T, c.H, c.V});
+  sentinel(o2);
+  c.fout.o = o2.view;
+  expect_forward_rejected(c, kInvalid, "o must have the shape of v");
+  EXPECT_TRUE(untouched(o2));
+}
+
+TEST_P(ValidationFamily, FinalStateShape) {
+  Call c(GetParam());
+  c.fout.final_state.shape[0] = 1;  // a prefix of the buffer: still writable, wrong N
+  expect_forward_rejected(c, kInvalid, "final_state must have shape [2, 4, 8, 16]");
+}
+
+TEST_P(ValidationFamily, HWrongChunkCount) {
+  Call c(GetParam());
+  HostTensor h2(f32, {c.B, 2, c.HV, c.K, c.V});
+  sentinel(h2);
+  c.fout.h = h2.view;
+  expect_forward_rejected(c, kInvalid, "h must have shape [2, 1, 4, 8, 16]");
+  EXPECT_TRUE(untouched(h2));
+}
+
+TEST_P(ValidationFamily, HVarlenNeedsBatchOne) {
+  Call c(GetParam(), /*varlen=*/true);
+  HostTensor h2(f32, {2, 1, c.HV, c.K, c.V});
+  sentinel(h2);
+  c.fout.h = h2.view;
+  expect_forward_rejected(c, kInvalid, "h must have shape [1, 2, 4, 8, 16]");
+  EXPECT_TRUE(untouched(h2));
+}
+
+TEST_P(ValidationFamily, DoShape) {
+  Call c(GetParam());
+  c.bin.d_o.shape[1] = c.T - 1;
+  expect_backward_rejected(c, kInvalid, "d_o must have the shape of v");
+}
+
+TEST_P(ValidationFamily, DhtShape) {
+  Call c(GetParam());
+  c.bin.dht.shape[2] = c.V;
+  c.bin.dht.shape[3] = c.K;
+  expect_backward_rejected(c, kInvalid, "dht must have shape");
+}
+
+TEST_P(ValidationFamily, DqShape) {
+  Call c(GetParam());
+  c.bout.dq.shape[3] = c.K / 2;
+  expect_backward_rejected(c, kInvalid, "dq must have the shape of q");
+}
+
+TEST_P(ValidationFamily, DkShape) {
+  Call c(GetParam());
+  c.bout.dk.shape[2] = 1;
+  expect_backward_rejected(c, kInvalid, "dk must have the shape of k");
+}
+
+TEST_P(ValidationFamily, DvShape) {
+  Call c(GetParam());
+  c.bout.dv.shape[0] = 1;
+  expect_backward_rejected(c, kInvalid, "dv must have the shape of v");
+}
+
+TEST_P(ValidationFamily, DgShape) {
+  Call c(GetParam());
+  c.bout.dg.shape[1] = 1;
+  expect_backward_rejected(c, kInvalid, "dg must have the shape of g");
+}
+
+TEST(Validation, DbetaShape) {
+  Call c(Family::kKDA);
+  c.bout.dbeta.shape[2] = 1;
+  expect_backward_rejected(c, kInvalid, "dbeta must have the shape of beta");
+}
+
+TEST(Validation, DgGammaShape) {
+  Call c(Family::kSimpleGLA);
+  c.bout.dg_gamma.shape[0] = 1;
+  expect_backward_rejected(c, kInvalid, "dg_gamma must have the shape of g_gamma");
+}
+
+TEST(Validation, DALogShape) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.bout.dA_log.shape[0] = 1;
+  expect_backward_rejected(c, kInvalid, "dA_log must have the shape of A_log");
+}
+
+TEST(Validation, DdtBiasShape) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.bout.ddt_bias.shape[0] = c.HV;
+  expect_backward_rejected(c, kInvalid, "ddt_bias must have the shape of dt_bias");
+}
+
+TEST_P(ValidationFamily, Dh0Shape) {
+  Call c(GetParam());
+  c.bout.dh0.shape[0] = 1;
+  expect_backward_rejected(c, kInvalid, "dh0 must have the shape of initial_state");
+}
+
+// ================================================================ variable length
+TEST_P(ValidationFamily, CuSeqlensWithBatchNotOne) {
+  Call c(GetParam());  // B = 2
+  HostTensor cu(DType::kInt64, {2});
+  static_cast<int64_t*>(cu.view.data)[1] = 2 * c.T;
+  c.fin.cu_seqlens = cu.view;
+  expect_input_rejected(c, kInvalid, "with cu_seqlens the batch size must be 1");
+}
+
+void set_cu(Call& c, std::vector<int32_t> vals) {
+  c.cu = HostTensor(DType::kInt32, {static_cast<int64_t>(vals.size())});
+  std::memcpy(c.cu.view.data, vals.data(), vals.size() * 4);
+  c.fin.cu_seqlens = c.cu.view;
+}
+
+TEST_P(ValidationFamily, CuSeqlensNotStartingAtZero) {
+  Call c(GetParam(), true);
+  set_cu(c, {1, 3, 8});
+  expect_input_rejected(c, kInvalid, "cu_seqlens must start at 0");
+}
+
+TEST_P(ValidationFamily, CuSeqlensDecreasing) {
+  Call c(GetParam(), true);
+  set_cu(c, {0, 5, 3, 8});
+  HostTensor s(f32, {3, c.HV, c.K, c.V});  // keep initial_state consistent with N = 3
+  c.fin.initial_state = s.view;
+  expect_input_rejected(c, kInvalid, "cu_seqlens must be non-decreasing");
+}
+
+TEST_P(ValidationFamily, CuSeqlensNotEndingAtT) {
+  Call c(GetParam(), true);
+  set_cu(c, {0, 3, 7});
+  expect_input_rejected(c, kInvalid, "cu_seqlens must end at T = 8");
+}
+
+TEST_P(ValidationFamily, CuSeqlens2D) {
+  Call c(GetParam(), true);
+  c.fin.cu_seqlens.ndim = 2;
+  c.fin.cu_seqlens.shape[0] = 1;
+  c.fin.cu_seqlens.shape[1] = 3;
+  c.fin.cu_seqlens.strides[0] = 3;
+  c.fin.cu_seqlens.strides[1] = 1;
+  expect_input_rejected(c, kInvalid, "cu_seqlens must be 1-D");
+}
+
+TEST_P(ValidationFamily, CuSeqlensTooShort) {
+  Call c(GetParam(), true);
+  set_cu(c, {0});
+  expect_input_rejected(c, kInvalid, "cu_seqlens needs at least 2 entries");
+}
+
+TEST_P(ValidationFamily, CuSeqlensNonContiguous) {
+  Call c(GetParam(), true);
+  c.fin.cu_seqlens.strides[0] = 2;
+  expect_input_rejected(c, kInvalid, "cu_seqlens must be contiguous");
+}
+
+TEST_P(ValidationFamily, CuSeqlensNull) {
+  Call c(GetParam(), true);
+  c.fin.cu_seqlens.data = nullptr;
+  expect_input_rejected(c, kInvalid, "cu_seqlens has a null data pointer");
+}
+
+TEST_P(ValidationFamily, CuSeqlensHostWithoutCuSeqlens) {
+  Call c(GetParam());
+  HostTensor cu(DType::kInt64, {2});
+  c.fin.cu_seqlens_host = cu.view;
+  expect_input_rejected(c, kInvalid, "cu_seqlens_host is given without cu_seqlens");
+}
+
+TEST_P(ValidationFamily, CuSeqlensHostDiffers) {
+  Call c(GetParam(), true);
+  HostTensor other(DType::kInt32, {3});
+  int32_t* o = static_cast<int32_t*>(other.view.data);
+  o[0] = 0;
+  o[1] = 4;
+  o[2] = 8;
+  c.fin.cu_seqlens_host = other.view;
+  expect_input_rejected(c, kInvalid, "cu_seqlens_host differs from cu_seqlens");
+}
+
+TEST_P(ValidationFamily, CuSeqlensHostNotOnHost) {
+  Call c(GetParam(), true);
+  HostTensor other = c.cu;
+  other.view.device = kCudaDevice;
+  c.fin.cu_seqlens_host = other.view;
+  expect_input_rejected(c, kInvalid, "cu_seqlens_host must be in host (CPU) memory");
+}
+
+// ================================================================ strides, pointers, devices
+TEST_P(ValidationFamily, QNonContiguous) {
+  Call c(GetParam());
+  c.fin.q.strides[2] = c.K * 2;  // heads strided as if K were padded
+  expect_input_rejected(c, kInvalid, "q must be contiguous");
+}
+
+TEST_P(ValidationFamily, KNonContiguous) {
+  Call c(GetParam());
+  std::swap(c.fin.k.strides[0], c.fin.k.strides[1]);  // a transposed [T, B] view
+  expect_input_rejected(c, kInvalid, "k must be contiguous");
+}
+
+TEST_P(ValidationFamily, VNonContiguous) {
+  Call c(GetParam());
+  c.fin.v.strides[3] = 2;
+  expect_input_rejected(c, kInvalid, "v must be contiguous");
+}
+
+TEST_P(ValidationFamily, GNonContiguous) {
+  Call c(GetParam());
+  c.fin.g.strides[c.fin.g.ndim - 1] = 2;
+  expect_input_rejected(c, kInvalid, "g must be contiguous");
+}
+
+TEST_P(ValidationFamily, InitialStateNonContiguous) {
+  Call c(GetParam());
+  std::swap(c.fin.initial_state.strides[2], c.fin.initial_state.strides[3]);
+  expect_input_rejected(c, kInvalid, "initial_state must be contiguous");
+}
+
+TEST_P(ValidationFamily, ONonContiguous) {
+  Call c(GetParam());
+  c.fout.o.strides[0] = c.fout.o.strides[0] + 1;
+  expect_forward_rejected(c, kInvalid, "o must be contiguous");
+}
+
+TEST_P(ValidationFamily, DqNonContiguous) {
+  Call c(GetParam());
+  c.bout.dq.strides[3] = 3;
+  expect_backward_rejected(c, kInvalid, "dq must be contiguous");
+}
+
+TEST_P(ValidationFamily, SizeOneDimsMayHaveAnyStrideIsAccepted) {
+  Call c(GetParam(), /*varlen=*/true);  // B = 1
+  c.fin.q.strides[0] = 12345;
+  c.bout.dv.strides[0] = 7;
+  EXPECT_TRUE(c.ref_forward().ok());
+  EXPECT_TRUE(c.ref_backward().ok());
+}
+
+TEST_P(ValidationFamily, QNullData) {
+  Call c(GetParam());
+  c.fin.q.data = nullptr;
+  expect_input_rejected(c, kInvalid, "q has a null data pointer");
+}
+
+TEST_P(ValidationFamily, VNullData) {
+  Call c(GetParam());
+  c.fin.v.data = nullptr;
+  expect_input_rejected(c, kInvalid, "v has a null data pointer");
+}
+
+TEST_P(ValidationFamily, GNullData) {
+  Call c(GetParam());
+  c.fin.g.data = nullptr;
+  expect_input_rejected(c, kInvalid, "g has a null data pointer");
+}
+
+TEST_P(ValidationFamily, InitialStateNullData) {
+  Call c(GetParam());
+  c.fin.initial_state.data = nullptr;
+  expect_input_rejected(c, kInvalid, "initial_state has a null data pointer");
+}
+
+TEST_P(ValidationFamily, ONullData) {
+  Call c(GetParam());
+  c.fout.o.data = nullptr;
+  expect_forward_rejected(c, kInvalid, "o has a null data pointer");
+}
+
+TEST_P(ValidationFamily, DvNullData) {
+  Call c(GetParam());
+  c.bout.dv.data = nullptr;
+  expect_backward_rejected(c, kInvalid, "dv has a null data pointer");
+}
+
+TEST_P(ValidationFamily, KOnOtherDevice) {
+  Call c(GetParam());
+  c.fin.k.device = kCudaDevice;
+  expect_input_rejected(c, kInvalid, "k is on a different device than q");
+}
+
+TEST_P(ValidationFamily, QOnOtherDeviceThanTheRest) {
+  Call c(GetParam());
+  c.fin.q.device = kCudaDevice;
+  expect_input_rejected(c, kInvalid, "k is on a different device than q");
+}
+
+TEST_P(ValidationFamily, GOnOtherDevice) {
+  Call c(GetParam());
+  c.fin.g.device = kCudaDevice;
+  expect_input_rejected(c, kInvalid, "g is on a different device than q");
+}
+
+TEST_P(ValidationFamily, InitialStateOnOtherDevice) {
+  Call c(GetParam());
+  c.fin.initial_state.device = kCudaDevice;
+  expect_input_rejected(c, kInvalid, "initial_state is on a different device than q");
+}
+
+TEST_P(ValidationFamily, CuSeqlensOnOtherDevice) {
+  Call c(GetParam(), true);
+  c.fin.cu_seqlens.device = kCudaDevice;
+  expect_input_rejected(c, kInvalid, "cu_seqlens must be on the device of q");
+}
+
+TEST_P(ValidationFamily, OOnOtherDevice) {
+  Call c(GetParam());
+  c.fout.o.device = kCudaDevice;
+  expect_forward_rejected(c, kInvalid, "o is on a different device than q");
+}
+
+TEST_P(ValidationFamily, DhtOnOtherDevice) {
+  Call c(GetParam());
+  c.bin.dht.device = kCudaDevice;
+  expect_backward_rejected(c, kInvalid, "dht is on a different device than q");
+}
+
+TEST_P(ValidationFamily, DkOnOtherDevice) {
+  Call c(GetParam());
+  c.bout.dk.device = kCudaDevice;
+  expect_backward_rejected(c, kInvalid, "dk is on a different device than q");
+}
+
+// All tensors "on CUDA" (host memory labelled CUDA, never touched): in a build without CUDA the
+// call is refused as not supported; the reference always refuses CUDA tensors.
+TEST_P(ValidationFamily, AllOnCudaWithoutCudaBackend) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA backend is present: these views are host memory";
+  Call c(GetParam());
+  for (TensorView* t : {&c.fin.q, &c.fin.k, &c.fin.v, &c.fin.g, &c.fin.g_gamma, &c.fin.beta,
+                        &c.fin.initial_state, &c.fout.o, &c.fout.final_state, &c.fout.h,
+                        &c.bin.d_o, &c.bin.dht, &c.bout.dq, &c.bout.dk, &c.bout.dv, &c.bout.dg,
+                        &c.bout.dg_gamma, &c.bout.dbeta, &c.bout.dh0}) {
+    t->device = kCudaDevice;
+  }
+  expect_status(c.forward(), kUnsupported, "CUDA", "forward");
+  expect_nothing_written(c, "forward");
+  expect_status(c.backward(), kUnsupported, "CUDA", "backward");
+  expect_nothing_written(c, "backward");
+  expect_status(c.ref_forward(), kUnsupported, "CPU tensors only", "reference_forward");
+  expect_status(c.ref_backward(), kUnsupported, "CPU tensors only", "reference_backward");
+  expect_nothing_written(c, "reference");
+}
+
+TEST_P(ValidationFamily, CudaVarlenNeedsHostCopy) {
+  Call c(GetParam(), true);
+  for (TensorView* t : {&c.fin.q, &c.fin.k, &c.fin.v, &c.fin.g, &c.fin.g_gamma, &c.fin.beta,
+                        &c.fin.initial_state, &c.fin.cu_seqlens}) {
+    t->device = kCudaDevice;
+  }
+  std::size_t bytes = 0;
+  expect_status(forward_workspace_size(c.fam, c.fin, c.opt, &bytes), kInvalid, "cu_seqlens_host",
+                "forward_workspace_size");
+  int64_t nt = -7;
+  expect_status(num_chunks(c.fin, &nt), kInvalid, "cu_seqlens_host", "num_chunks");
+  EXPECT_EQ(nt, -7);
+}
+
+// ================================================================ missing arguments
+TEST_P(ValidationFamily, MissingQ) {
+  Call c(GetParam());
+  c.fin.q = TensorView{};
+  expect_input_rejected(c, kInvalid, "q is required");
+}
+
+TEST_P(ValidationFamily, MissingK) {
+  Call c(GetParam());
+  c.fin.k = TensorView{};
+  expect_input_rejected(c, kInvalid, "k is required");
+}
+
+TEST_P(ValidationFamily, MissingV) {
+  Call c(GetParam());
+  c.fin.v = TensorView{};
+  expect_input_rejected(c, kInvalid, "v is required");
+}
+
+TEST_P(ValidationFamily, MissingO) {
+  Call c(GetParam());
+  c.fout.o = TensorView{};
+  expect_forward_rejected(c, kInvalid, "o (the output) is required");
+}
+
+TEST_P(ValidationFamily, MissingDo) {
+  Call c(GetParam());
+  c.bin.d_o = TensorView{};
+  expect_backward_rejected(c, kInvalid, "d_o (the output gradient) is required");
+}
+
+TEST_P(ValidationFamily, MissingDq) {
+  Call c(GetParam());
+  c.bout.dq = TensorView{};
+  expect_backward_rejected(c, kInvalid, "dq is required");
+}
+
+TEST_P(ValidationFamily, MissingDv) {
+  Call c(GetParam());
+  c.bout.dv = TensorView{};
+  expect_backward_rejected(c, kInvalid, "dv is required");
+}
+
+TEST(Validation, MissingGForKDA) {
+  Call c(Family::kKDA);
+  c.fin.g = TensorView{};
+  expect_input_rejected(c, kInvalid, "g is required for kda");
+}
+
+TEST(Validation, MissingGForGLA) {
+  Call c(Family::kGLA);
+  c.fin.g = TensorView{};
+  expect_input_rejected(c, kInvalid, "g is required for gla");
+}
+
+TEST(Validation, MissingBetaForGDN) {
+  Call c(Family::kGDN);
+  c.fin.beta = TensorView{};
+  expect_input_rejected(c, kInvalid, "beta is required for gdn");
+}
+
+TEST(Validation, SimpleGLAWithoutAnyGateIsAccepted) {
+  Call c(Family::kSimpleGLA);
+  c.fin.g = TensorView{};
+  c.fin.g_gamma = TensorView{};
+  c.bout.dg = TensorView{};
+  c.bout.dg_gamma = TensorView{};
+  EXPECT_TRUE(c.ref_forward().ok());
+  EXPECT_TRUE(c.ref_backward().ok());
+}
+
+// ================================================================ options misuse
+TEST(Validation, GateInKernelWithoutALogOrSafeGate) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.fin.A_log = TensorView{};
+  c.bout.dA_log = TensorView{};
+  expect_input_rejected(c, kInvalid, "use_gate_in_kernel needs A_log (or a lower_bound)");
+}
+
+TEST(Validation, ALogWithoutGateInKernel) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.opt.use_gate_in_kernel = false;
+  c.fin.dt_bias = TensorView{};
+  expect_input_rejected(c, kInvalid, "A_log is given but use_gate_in_kernel is false");
+}
+
+TEST(Validation, DtBiasWithoutGateInKernel) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.opt.use_gate_in_kernel = false;
+  c.fin.A_log = TensorView{};
+  expect_input_rejected(c, kInvalid, "dt_bias is given but use_gate_in_kernel is false");
+}
+
+TEST(Validation, GateInKernelOnGLA) {
+  Call c(Family::kGLA);
+  c.opt.use_gate_in_kernel = true;
+  expect_input_rejected(c, kUnsupported, "use_gate_in_kernel is for KDA and GDN");
+}
+
+TEST(Validation, SafeGateOnGLA) {
+  Call c(Family::kGLA);
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = -5.0f;
+  expect_input_rejected(c, kUnsupported, "safe_gate");
+}
+
+TEST(Validation, SafeGateOnGDNWithGateInKernel) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = -5.0f;
+  expect_input_rejected(c, kUnsupported, "safe_gate");
+}
+
+TEST(Validation, SafeGateWithoutLowerBound) {
+  Call c(Family::kKDA);
+  c.opt.safe_gate = true;
+  expect_input_rejected(c, kInvalid, "safe_gate needs lower_bound");
+}
+
+TEST(Validation, LowerBoundBelowRange) {
+  Call c(Family::kKDA);
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = -5.5f;
+  expect_input_rejected(c, kInvalid, "lower_bound must lie in [-5, 0)");
+}
+
+TEST(Validation, LowerBoundZero) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = 0.0f;
+  expect_input_rejected(c, kInvalid, "lower_bound must lie in [-5, 0)");
+}
+
+TEST(Validation, LowerBoundNaN) {
+  Call c(Family::kKDA);
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = std::numeric_limits<float>::quiet_NaN();
+  expect_input_rejected(c, kInvalid, "lower_bound must lie in [-5, 0)");
+}
+
+TEST(Validation, LowerBoundWithoutGateInKernelOrSafeGate) {
+  Call c(Family::kKDA);
+  c.opt.lower_bound = -3.0f;
+  expect_input_rejected(c, kInvalid, "lower_bound has no effect without use_gate_in_kernel or safe_gate");
+}
+
+TEST(Validation, LowerBoundOnGDN) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.opt.lower_bound = -3.0f;
+  expect_input_rejected(c, kUnsupported, "lower_bound / safe_gate is for KDA only");
+}
+
+// As in FLA: with use_gate_in_kernel, lower_bound alone selects the lower-bound activation
+// (safe_gate only promises the bound); A_log is then optional.
+TEST(Validation, LowerBoundWithGateInKernelIsAccepted) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.opt.lower_bound = -3.0f;
+  c.fin.A_log = TensorView{};
+  c.bout.dA_log = TensorView{};
+  Status s = c.ref_forward();
+  EXPECT_TRUE(s.ok()) << s.message;
+  s = c.ref_backward();
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+TEST(Validation, AllowNegEigvalWithoutBetaSigmoid) {
+  Call c(Family::kGDN);
+  c.opt.allow_neg_eigval = true;
+  expect_input_rejected(c, kInvalid, "allow_neg_eigval needs use_beta_sigmoid_in_kernel");
+}
+
+TEST(Validation, BetaSigmoidOnGLA) {
+  Call c(Family::kGLA);
+  c.opt.use_beta_sigmoid_in_kernel = true;
+  expect_input_rejected(c, kInvalid, "use_beta_sigmoid_in_kernel needs beta");
+}
+
+TEST(Validation, BetaGivenToGLA) {
+  Call c(Family::kGLA);
+  HostTensor b(f32, {c.B, c.T, c.HV});
+  c.fin.beta = b.view;
+  expect_input_rejected(c, kInvalid, "beta is only for the delta rule");
+}
+
+TEST(Validation, BetaGivenToSimpleGLA) {
+  Call c(Family::kSimpleGLA);
+  HostTensor b(f32, {c.B, c.T, c.HV});
+  c.fin.beta = b.view;
+  expect_input_rejected(c, kInvalid, "beta is only for the delta rule");
+}
+
+TEST(Validation, GGammaGivenToKDA) {
+  Call c(Family::kKDA);
+  HostTensor gg(f32, {c.HV});
+  c.fin.g_gamma = gg.view;
+  expect_input_rejected(c, kInvalid, "g_gamma is only for simple GLA");
+}
+
+TEST(Validation, GGammaGivenToGDN) {
+  Call c(Family::kGDN);
+  HostTensor gg(f32, {c.HV});
+  c.fin.g_gamma = gg.view;
+  expect_input_rejected(c, kInvalid, "g_gamma is only for simple GLA");
+}
+
+TEST_P(ValidationFamily, ScaleNotFinite) {
+  Call c(GetParam());
+  c.opt.scale = std::numeric_limits<double>::infinity();
+  expect_input_rejected(c, kInvalid, "scale must be finite");
+}
+
+TEST(Validation, UnknownFamily) {
+  Call c(Family::kKDA);
+  c.fam = static_cast<Family>(7);
+  expect_input_rejected(c, kInvalid, "unknown family");
+}
+
+// ---- gradients requested for inputs that were not given
+TEST(Validation, DbetaWithoutBeta) {
+  Call c(Family::kGLA);
+  HostTensor db(f32, {c.B, c.T, c.HV});
+  sentinel(db);
+  c.bout.dbeta = db.view;
+  expect_backward_rejected(c, kInvalid, "dbeta is given but beta is not");
+  EXPECT_TRUE(untouched(db));
+}
+
+TEST(Validation, DgWithoutG) {
+  Call c(Family::kSimpleGLA);
+  c.fin.g = TensorView{};
+  expect_backward_rejected(c, kInvalid, "dg is given but g is not");
+}
+
+TEST(Validation, DgGammaWithoutGGamma) {
+  Call c(Family::kSimpleGLA);
+  c.fin.g_gamma = TensorView{};
+  expect_backward_rejected(c, kInvalid, "dg_gamma is given but g_gamma is not");
+}
+
+TEST(Validation, DALogWithoutALog) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.opt.safe_gate = true;
+  c.opt.lower_bound = -5.0f;
+  c.fin.A_log = TensorView{};  // allowed with the lower-bound gate, but then no dA_log
+  expect_backward_rejected(c, kInvalid, "dA_log is given but A_log is not");
+}
+
+TEST(Validation, DdtBiasWithoutDtBias) {
+  Call c(Family::kGDN);
+  c.enable_gate_in_kernel();
+  c.fin.dt_bias = TensorView{};
+  expect_backward_rejected(c, kInvalid, "ddt_bias is given but dt_bias is not");
+}
+
+TEST_P(ValidationFamily, Dh0WithoutInitialState) {
+  Call c(GetParam());
+  c.fin.initial_state = TensorView{};
+  expect_backward_rejected(c, kInvalid, "dh0 is given but initial_state is not");
+}
+
+// ================================================================ workspace and saved buffer
+TEST_P(ValidationFamily, WorkspaceTooSmallForward) {
+  Call c(GetParam());
+  std::size_t need = 0;
+  ASSERT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &need).ok());
+  if (need == 0) GTEST_SKIP() << "the CPU backend needs no forward workspace for this call";
+  std::vector<unsigned char> ws(need - 1);
+  Status s = linattn::forward(c.fam, c.fin, c.fout, c.opt, Workspace{ws.data(), need - 1});
+  expect_status(s, StatusCode::kWorkspaceTooSmall, "workspace", "forward");
+  expect_nothing_written(c, "forward");
+  s = linattn::forward(c.fam, c.fin, c.fout, c.opt, Workspace{nullptr, need});
+  expect_status(s, kInvalid, "workspace data pointer is null", "forward");
+  expect_nothing_written(c, "forward");
+}
+
+TEST_P(ValidationFamily, WorkspaceTooSmallBackward) {
+  Call c(GetParam());
+  std::size_t need = 0;
+  ASSERT_TRUE(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &need).ok());
+  if (need == 0) GTEST_SKIP() << "the CPU backend needs no backward workspace for this call";
+  std::vector<unsigned char> ws(need - 1);
+  Status s = linattn::backward(c.fam, c.backward_inputs(), c.bout, c.opt, Workspace{ws.data(), need - 1});
+  expect_status(s, StatusCode::kWorkspaceTooSmall, "workspace", "backward");
+  expect_nothing_written(c, "backward");
+}
+
+TEST_P(ValidationFamily, SavedBufferTooSmall) {
+  Call c(GetParam());
+  std::size_t need = 0;
+  ASSERT_TRUE(saved_bytes(c.fam, c.fin, c.opt, &need).ok());
+  if (need == 0) GTEST_SKIP() << "the CPU backend keeps nothing for this call (saved_bytes = 0)";
+  HostTensor saved(DType::kUInt8, {static_cast<int64_t>(need) - 1});
+  sentinel(saved);
+  c.fout.saved = saved.view;
+  expect_status(c.forward(), kInvalid, "saved buffer has", "forward");
+  expect_nothing_written(c, "forward");
+  EXPECT_TRUE(untouched(saved));
+  c.bin.saved = saved.view;
+  expect_status(c.backward(), kInvalid, "saved buffer has", "backward");
+  expect_nothing_written(c, "backward");
+}
+
+TEST_P(ValidationFamily, SavedBufferNotUint8) {
+  Call c(GetParam());
+  HostTensor saved(f32, {1024});
+  sentinel(saved);
+  c.fout.saved = saved.view;
+  expect_forward_rejected(c, kInvalid, "saved must be a uint8 buffer");
+  EXPECT_TRUE(untouched(saved));
+  c.bin.saved = saved.view;
+  expect_backward_rejected(c, kInvalid, "saved must be a uint8 buffer");
+}
+
+TEST_P(ValidationFamily, SavedBufferNot1D) {
+  Call c(GetParam());
+  HostTensor saved(DType::kUInt8, {32, 32});
+  c.fout.saved = saved.view;
+  expect_forward_rejected(c, kInvalid, "saved must be 1-D");
+}
+
+TEST_P(ValidationFamily, SavedBufferNull) {
+  Call c(GetParam());
+  HostTensor saved(DType::kUInt8, {64});
+  c.bin.saved = saved.view;
+  c.bin.saved.data = nullptr;
+  expect_backward_rejected(c, kInvalid, "saved must be a contiguous, non-null buffer");
+}
+
+TEST_P(ValidationFamily, SavedBufferOnOtherDevice) {
+  Call c(GetParam());
+  HostTensor saved(DType::kUInt8, {64});
+  c.fout.saved = saved.view;
+  c.fout.saved.device = kCudaDevice;
+  expect_forward_rejected(c, kInvalid, "saved is on a different device than q");
+}
+
+INSTANTIATE_TEST_SUITE_P(Validation, ValidationFamily,
+                         ::testing::Values(Family::kSimpleGLA, Family::kGLA, Family::kGDN,
+                                           Family::kKDA),
+                         [](const ::testing::TestParamInfo<Family>& info) {
+                           return std::string(family_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace linattn::test

@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""linattn benchmark suite: ours against FLA, with accuracy and the roofline floor beside every
+time. Writes <out>/BENCHMARKS.md, <out>/results.json and <out>/*.png (see bench/README.md).
+
+    python3 bench/run_benchmarks.py --out bench/results            # GPU machine: everything
+    python3 bench/run_benchmarks.py --out bench/results --quick    # GPU, fewer shapes (~minutes)
+    python3 bench/run_benchmarks.py --out bench/results --cpu-only # the CPU backend section only
+    python3 bench/run_benchmarks.py --out /tmp/r --dry-run         # no GPU: fake timings, full report
+    python3 bench/run_benchmarks.py --out /tmp/r --smoke           # tiny problems, mock ops if needed
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from benchlib import impls, measure, problems, report  # noqa: E402
+
+REPO = impls.REPO
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def elapsed() -> float:
+    return time.perf_counter() - T0
+
+
+def stable_seed(*parts: str) -> int:
+    return int(hashlib.sha256("/".join(parts).encode()).hexdigest()[:8], 16)
+
+
+# ------------------------------------------------------------------ environment
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> str | None:
+    try:
+        env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")  # read-only git queries
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, env=env)
+        return r.stdout.strip() if r.returncode == 0 else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def environment(args, ours: impls.Impl, fla: impls.Impl, device: torch.device) -> dict:
+    env = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python3 " + " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
+        "host_cpu": _cpu_name(),
+        "host_cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "python": platform.python_version(),
+        "pytorch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "linattn_version": ours.version,
+        "linattn_commit": _run(["git", "rev-parse", "HEAD"], REPO),
+        "linattn_tree_dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], REPO)),
+        "fla_version": fla.version,
+        "fla_commit": args.fla_commit or os.environ.get("FLA_COMMIT") or "unknown",
+    }
+    try:
+        import triton  # noqa: PLC0415
+        env["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        env["triton"] = "not importable"
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        env["device"] = p.name
+        env["sm_count"] = p.multi_processor_count
+        env["l2_bytes"] = getattr(p, "L2_cache_size", None)
+        env["gpu_memory_bytes"] = p.total_memory
+        env["compute_capability"] = f"{p.major}.{p.minor}"
+        env["driver"] = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    else:
+        env["device"] = "cpu"
+    return env
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+# ------------------------------------------------------------------ one work item
+
+
+class Runner:
+    def __init__(self, args, device, ours, fla, ref, ceil, l2_bytes):
+        self.args = args
+        self.device = device
+        self.ours = ours
+        self.fla = fla
+        self.ref = ref
+        self.ceil = ceil
+        self.l2 = l2_bytes
+        self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if args.dtype:
+            self.dtype = getattr(torch, args.dtype)
+        self.beta_dtype = getattr(torch, args.beta_dtype) if args.beta_dtype else self.dtype
+
+    def item(self, var: problems.Variant, shape: problems.Shape, directions, section: str,
+             impl_list) -> list[dict]:
+        dev = self.device
+        seed = stable_seed(var.key, shape.key, f"{var.H}/{var.HV}/{var.K}/{var.V}")
+        specs = problems.input_specs(var, shape, dtype=self.dtype, beta_dtype=self.beta_dtype)
+        set_bytes = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in specs.values())
+        set_bytes += shape.tokens * var.HV * var.V * torch.empty((), dtype=self.dtype).element_size()
+        n_sets = measure.n_rotating_sets(set_bytes, self.l2) if dev.type == "cuda" else 1
+        need_grad = "fwdbwd" in directions
+        sets, dos = [], []
+        for i in range(n_sets):
+            x = problems.make_inputs(var, shape, device=dev, dtype=self.dtype, beta_dtype=self.beta_dtype,
+                                     seed=seed + i)
+            if need_grad:
+                for t in x.values():
+                    t.requires_grad_(True)
+            sets.append(x)
+            dos.append(problems.make_do(var, shape, device=dev, dtype=self.dtype, seed=seed + i))
+        cu_list = shape.cu_seqlens()
+        cu_cpu = None if cu_list is None else torch.tensor(cu_list, dtype=torch.long)
+        cu = None if cu_cpu is None else cu_cpu.to(dev)
+
+        rows = []
+        for direction in directions:
+            row = self._row_base(var, shape, direction, section, n_sets)
+            outs = {}
+            for name, impl in impl_list:
+                res, out0 = self._measure_impl(impl, var, shape, direction, sets, dos, cu, cu_cpu, n_sets)
+                row[name] = res
+                if out0 is not None:
+                    outs[name] = out0
+            if "ours" in outs and "fla" in outs:
+                row["err_ours_vs_fla"] = measure.errors(outs["ours"], outs["fla"])
+            rows.append(row)
+            del outs
+
+        # float64 reference on the reduced problem
+        if not self.args.no_fp64:
+            self._fp64(var, shape, directions, sets[0], dos[0], rows, impl_list)
+
+        for r in rows:
+            o, f = r.get("ours", {}), r.get("fla", {})
+            if o.get("median_ms") and f.get("median_ms"):
+                r["speedup_fla_over_ours"] = f["median_ms"] / o["median_ms"]
+            for k in ("ours", "fla"):
+                m = r.get(k, {}).get("median_ms")
+                if m and r.get("floor"):
+                    r[k]["x_floor"] = m / r["floor"]["floor_ms"]
+        del sets, dos
+        gc.collect()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        return rows
+
+    def _row_base(self, var, shape, direction, section, n_sets):
+        row = {
+            "section": section, "variant": var.key, "variant_label": var.label, "family": var.family,
+            "options": var.options(), "H": var.H, "HV": var.HV, "K": var.K, "V": var.V,
+            "shape": shape.key, "shape_label": shape.label, "B": shape.B, "T": shape.T,
+            "tokens": shape.tokens, "varlen": shape.varlen, "dist": shape.dist,
+            "seqlens": list(shape.seqlens) if shape.seqlens else None,
+            "direction": direction, "dtype": str(self.dtype).replace("torch.", ""),
+            "rotating_sets": n_sets,
+        }
+        if self.ceil is not None:
+            b = problems.min_bytes(var, shape, direction, dtype=self.dtype, beta_dtype=self.beta_dtype)
+            fl = problems.flops(var, shape, direction)
+            row["floor"] = measure.floor(b, fl, self.ceil)
+        return row
+
+    def _call_fn(self, fn, var, direction, sets, dos, cu, cu_cpu):
+        names = list(sets[0])
+        if direction == "fwd":
+            def call(i):
+                with torch.no_grad():
+                    return problems.call_op(fn, var, sets[i], cu, cu_cpu), None
+        else:
+            def call(i):
+                o = problems.call_op(fn, var, sets[i], cu, cu_cpu)
+                gs = torch.autograd.grad(o, [sets[i][n] for n in names], dos[i], allow_unused=True)
+                return o, dict(zip([problems.GRAD_NAMES[n] for n in names], gs))
+        return call
+
+    def _measure_impl(self, impl, var, shape, direction, sets, dos, cu, cu_cpu, n_sets):
+        fn, why = impl.get(var.family)
+        if fn is None:
+            return {"status": why}, None
+        call = self._call_fn(fn, var, direction, sets, dos, cu, cu_cpu)
+        dev = self.device
+        t0 = time.perf_counter()
+        try:
+            call(0)
+            measure.sync(dev)
+        except NotImplementedError as e:
+            return {"status": "not implemented", "message": measure.first_line(e)}, None
+        except Exception as e:  # noqa: BLE001
+            if self.args.verbose:
+                traceback.print_exc()
+            return {"status": "refuses", "message": measure.first_line(e)}, None
+        first = time.perf_counter() - t0
+        if self.args.dry_run_timings:
+            res = self._fake_timing(impl.name, var, shape, direction)
+        else:
+            res = measure.time_calls(lambda i: call(i), n_sets, dev, warmup=self.args.warmup,
+                                     target_s=self.args.target_s, max_reps=self.args.max_reps)
+        res["status"] = "ok"
+        res["first_call_s"] = first
+        pm, (o, gs) = measure.peak_memory(lambda: call(0), dev)
+        if pm:
+            res.update(pm)
+        out0 = {"o": o.detach()}
+        if gs:
+            out0.update({n: (None if g is None else g.detach()) for n, g in gs.items()})
+        return res, out0
+
+    def _fake_timing(self, name, var, shape, direction):
+        """--dry-run: deterministic made-up times (a multiple of the floor), clearly labelled."""
+        base = self._row_base(var, shape, direction, "", 1)["floor"]["floor_ms"]
+        h = stable_seed(name, var.key, shape.key, direction) % 1000 / 1000
+        mult = (3 + 4 * h) if name == "ours" else (6 + 8 * h)
+        return {"median_ms": base * mult, "min_ms": base * mult * 0.97, "p20_ms": base * mult * 0.98,
+                "p80_ms": base * mult * 1.03, "reps": 0, "warmup": 0, "sets": 1, "fake": True}
+
+    def _fp64(self, var, shape, directions, x0, do0, rows, impl_list):
+        grads = "fwdbwd" in directions
+        rvar, rshape, rx, rdo = problems.reduced_problem(var, shape, x0, do0, self.args.ref_tokens,
+                                                         self.args.ref_heads)
+        t0 = time.perf_counter()
+        try:
+            ref, provider = self.ref.run(rvar, rshape, rx, rdo, grads)
+        except Exception as e:  # noqa: BLE001
+            for r in rows:
+                r["fp64"] = {"status": f"reference failed: {measure.first_line(e)}"}
+            return
+        ref_s = time.perf_counter() - t0
+        cu_list = rshape.cu_seqlens()
+        cu_cpu = None if cu_list is None else torch.tensor(cu_list, dtype=torch.long)
+        cu = None if cu_cpu is None else cu_cpu.to(self.device)
+        info = {"provider": provider, "tokens": rshape.T, "H": rvar.H, "HV": rvar.HV,
+                "seqlens": list(rshape.seqlens) if rshape.seqlens else None, "ref_s": ref_s}
+        for r in rows:
+            r["fp64"] = dict(info)
+        for name, impl in impl_list:
+            fn, _ = impl.get(var.family)
+            for r in rows:
+                if r.get(name, {}).get("status") != "ok":
+                    continue
+                xs = {n: t.detach().clone().requires_grad_(r["direction"] == "fwdbwd") for n, t in rx.items()}
+                call = self._call_fn(fn, rvar, r["direction"], [xs], [rdo], cu, cu_cpu)
+                try:
+                    o, gs = call(0)
+                except Exception as e:  # noqa: BLE001
+                    r["fp64"][name] = {"status": f"failed on the reduced problem: {measure.first_line(e)}"}
+                    continue
+                mine = {"o": o}
+                if gs:
+                    mine.update(gs)
+                want = {n: t for n, t in ref.items() if n == "o" or r["direction"] == "fwdbwd"}
+                r["fp64"][name] = measure.errors(mine, want)
+
+
+# ------------------------------------------------------------------ main
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--quick", action="store_true", help="fewer variants and shapes (fits ~5 min)")
+    p.add_argument("--cpu-only", action="store_true", help="only the CPU-backend section")
+    p.add_argument("--skip-cpu", action="store_true", help="no CPU-backend section")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU needed: fake timings and ceilings, no operator runs; full report")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny problems through the real code paths; mock ops stand in for what is missing")
+    p.add_argument("--ops", default=None,
+                   help="comma-separated variant keys or families to run (e.g. kda,gdn_gva)")
+    p.add_argument("--directions", default="fwd,fwdbwd", help="fwd, fwdbwd (comma-separated)")
+    p.add_argument("--varlen-all", action="store_true", help="the whole varlen grid for every variant")
+    p.add_argument("--no-varlen", action="store_true")
+    p.add_argument("--no-fla", action="store_true")
+    p.add_argument("--no-ours", action="store_true", help="do not import linattn (FLA only)")
+    p.add_argument("--no-fp64", action="store_true", help="skip the float64 reference check")
+    p.add_argument("--ref-tokens", type=int, default=1024, help="tokens of the reduced problem")
+    p.add_argument("--ref-heads", type=int, default=2, help="value heads of the reduced problem")
+    p.add_argument("--time-budget", type=float, default=480.0,
+                   help="seconds; no new item starts after this (partial results are kept)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--target-s", type=float, default=0.25, help="seconds of timed calls per measurement")
+    p.add_argument("--max-reps", type=int, default=100)
+    p.add_argument("--dtype", default=None, help="q/k/v dtype (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--beta-dtype", default=None, help="beta dtype (default: the q/k/v dtype)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep rows of an earlier results.json in --out that this run does not redo")
+    p.add_argument("--linattn-path", default=None, help="prepended to sys.path before importing linattn")
+    p.add_argument("--fla-path", default=None, help="directory holding fla/ (default: third_party_ref)")
+    p.add_argument("--fla-commit", default=None, help="FLA commit, for the report")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    args.dry_run_timings = args.dry_run
+    return args
+
+
+def select(items, ops, directions):
+    if ops:
+        want = set(ops.split(","))
+        items = [it for it in items if it[0].key in want or it[0].family in want]
+    return items
+
+
+def cpu_section(args, runner_factory, ours, budget_left) -> list[dict]:
+    rows = []
+    dev = torch.device("cpu")
+    runner = runner_factory(dev)
+    runner.dtype = torch.float32 if not args.dtype else runner.dtype
+    runner.beta_dtype = torch.float32 if not args.beta_dtype else runner.beta_dtype
+    args_saved = (args.target_s, args.warmup)
+    args.target_s, args.warmup = 1.0, 1
+    for var, shape, dirs in select([(v, s, d) for v, s, d in problems.cpu_work()], args.ops, None):
+        dirs = tuple(d for d in dirs if d in args.directions.split(","))
+        if not dirs:
+            continue
+        if budget_left() <= 0:
+            log(f"cpu {var.key} {shape.key}: skipped (time budget)")
+            continue
+        log(f"cpu {var.key} H={var.H} K={var.K} {shape.label} {'+'.join(dirs)}")
+        if args.dry_run:
+            for d in dirs:
+                r = runner._row_base(var, shape, d, "cpu", 1)
+                r["ours"] = {"status": "not run (--dry-run)"}
+                rows.append(r)
+            continue
+        for r in runner.item(var, shape, dirs, "cpu", [("ours", ours)]):
+            rows.append(r)
+            o = r["ours"]
+            log(f"    {r['direction']:7s} ours {fmt_ms(o)}")
+    args.target_s, args.warmup = args_saved
+    return rows
+
+
+def fmt_ms(res: dict) -> str:
+    return f"{res['median_ms']:.3f} ms" if res.get("status") == "ok" else res.get("status", "?")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    cuda = torch.cuda.is_available() and not args.dry_run and not args.cpu_only
+    if not args.cpu_only and not args.dry_run and not args.smoke and not torch.cuda.is_available():
+        print("No GPU: use --cpu-only, --dry-run or --smoke here.", file=sys.stderr)
+        return 2
+    device = torch.device("cuda") if cuda else torch.device("cpu")
+
+    if args.no_ours:
+        ours, linattn_mod = impls.Impl("linattn"), None
+        for fam in problems.FAMILIES:
+            ours.missing[fam] = "not run (--no-ours)"
+    else:
+        ours, linattn_mod = impls.load_linattn(args.linattn_path)
+    fla = impls.load_fla(args.fla_path) if not args.no_fla else impls.Impl("FLA")
+    if args.no_fla:
+        for fam in problems.FAMILIES:
+            fla.missing[fam] = "not run (--no-fla)"
+    if args.smoke:
+        if linattn_mod is None:
+            ours = impls.mock_impl("mock-ours (torch recurrence, float32)")
+        if device.type != "cuda" or not fla.fns:
+            fla = impls.mock_impl("mock-FLA (torch recurrence, float32)")
+    log(f"device {device}; linattn: {ours.version or 'missing'} ({len(ours.fns)}/4 ops); "
+        f"FLA: {fla.version or 'missing'} ({len(fla.fns)}/4 ops)")
+
+    env = environment(args, ours, fla, device)
+    env["mode"] = ("dry-run" if args.dry_run else "smoke" if args.smoke else "cpu-only" if args.cpu_only
+                   else "quick" if args.quick else "full")
+    ref = impls.Reference(linattn_mod, device)
+    env["reference"] = ref.label
+
+    # ceilings
+    ceil = None
+    if args.dry_run:
+        ceil = {"copy_bw_Bps": 3.0e12, "matmul_flops_per_s": 8.0e14, "copy_bytes": 0, "copy_ms": 0,
+                "matmul_n": 0, "matmul_dtype": "bfloat16", "matmul_ms": 0, "assumed": True}
+        env["l2_bytes"] = 50 * 2 ** 20
+    elif not args.cpu_only:
+        log("measuring ceilings (device-to-device copy, large matmul)")
+        ceil = measure.measure_ceilings(device, small=args.smoke)
+        log(f"copy {ceil['copy_bw_Bps'] / 1e12:.2f} TB/s, matmul {ceil['matmul_flops_per_s'] / 1e12:.1f} TFLOP/s")
+    l2 = env.get("l2_bytes") or 50 * 2 ** 20
+
+    json_path = os.path.join(args.out, "results.json")
+    old_rows = []
+    if args.merge and os.path.exists(json_path):
+        with open(json_path) as f:
+            old = json.load(f)
+        old_rows = old.get("rows", [])
+        env["merged_runs"] = old.get("runs", []) + ([old["environment"]] if "environment" in old else [])
+
+    state = {"environment": env, "ceilings": ceil, "rows": [], "skipped": [], "notes": []}
+
+    def rowkey(r):
+        return (r["section"], r["variant"], r["shape"], r["direction"], r["H"], r["HV"], r["K"], r["V"])
+
+    def flush(plots=False):
+        new = {rowkey(r) for r in state["rows"]}
+        merged = [r for r in old_rows if rowkey(r) not in new] + state["rows"]
+        doc = dict(state, rows=merged, notes=state["notes"] + ref.notes)
+        with open(json_path + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        os.replace(json_path + ".tmp", json_path)
+        if plots:
+            doc["plots"] = report.plots(doc, args.out)
+        elif os.path.exists(os.path.join(args.out, "plots.json")):
+            with open(os.path.join(args.out, "plots.json")) as f:
+                doc["plots"] = json.load(f)
+        report.write_markdown(doc, os.path.join(args.out, "BENCHMARKS.md"))
+
+    def budget_left():
+        return args.time_budget - elapsed()
+
+    def runner_factory(dev, with_floor=False):
+        return Runner(args, dev, ours, fla, ref, ceil if with_floor else None, l2 if dev.type == "cuda" else 0)
+
+    directions = [d for d in args.directions.split(",") if d in ("fwd", "fwdbwd")]
+    if not args.cpu_only:
+        runner = runner_factory(device, with_floor=True)
+        if args.dry_run:
+            runner.dtype = torch.bfloat16
+            runner.beta_dtype = getattr(torch, args.beta_dtype) if args.beta_dtype else torch.bfloat16
+        items = problems.smoke_work() if args.smoke else problems.gpu_work(args.quick, args.varlen_all)
+        if args.no_varlen:
+            items = [it for it in items if not it[1].varlen]
+        items = select(items, args.ops, directions)
+        log(f"{len(items)} GPU work items x {len(directions)} directions")
+        impl_list = [("ours", ours), ("fla", fla)]
+        for n, (var, shape) in enumerate(items):
+            if budget_left() <= 0:
+                state["skipped"].append({"variant": var.key, "shape": shape.key, "why": "time budget"})
+                continue
+            log(f"[{n + 1}/{len(items)}] {var.key} {shape.label}")
+            if args.dry_run:
+                rows = []
+                for d in directions:
+                    r = runner._row_base(var, shape, d, "gpu", 2)
+                    for name in ("ours", "fla"):
+                        r[name] = dict(runner._fake_timing(name, var, shape, d), status="ok",
+                                       first_call_s=0.0, peak_extra_bytes=0)
+                    r["speedup_fla_over_ours"] = r["fla"]["median_ms"] / r["ours"]["median_ms"]
+                    h = stable_seed(var.key, shape.key, d) % 97 / 97
+                    names = ["o"] + ([problems.GRAD_NAMES[k] for k in problems.input_specs(var, shape)]
+                                     if d == "fwdbwd" else [])
+                    fake = {nm: (1 + i + h) * 1e-3 for i, nm in enumerate(names)}
+                    r["err_ours_vs_fla"] = fake
+                    r["fp64"] = {"provider": "dry-run (fake)", "tokens": min(args.ref_tokens, shape.T),
+                                 "H": 2, "HV": 2, "ours": fake, "fla": fake}
+                    for name in ("ours", "fla"):
+                        r[name]["peak_extra_bytes"] = int(r["floor"]["bytes"] * (1.5 + h))
+                    for name in ("ours", "fla"):
+                        r[name]["x_floor"] = r[name]["median_ms"] / r["floor"]["floor_ms"]
+                    rows.append(r)
+            else:
+                try:
+                    rows = runner.item(var, shape, directions, "gpu", impl_list)
+                except Exception as e:  # noqa: BLE001  (e.g. out of memory): keep going
+                    if args.verbose:
+                        traceback.print_exc()
+                    log(f"    failed: {measure.first_line(e)}")
+                    state["skipped"].append({"variant": var.key, "shape": shape.key,
+                                             "why": measure.first_line(e)})
+                    gc.collect()
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    continue
+            for r in rows:
+                o, f = r["ours"], r["fla"]
+                extra = ""
+                if "speedup_fla_over_ours" in r:
+                    extra = f"  FLA/ours {r['speedup_fla_over_ours']:.2f}x"
+                e = r.get("fp64", {}).get("ours")
+                if isinstance(e, dict) and e.get("o") is not None:
+                    extra += f"  err(fp64) o {e['o']:.1e}"
+                log(f"    {r['direction']:7s} ours {fmt_ms(o)} | FLA {fmt_ms(f)}{extra}")
+            state["rows"].extend(rows)
+            flush()
+
+    if not args.skip_cpu and not args.smoke:
+        state["rows"].extend(cpu_section(args, runner_factory, ours, budget_left))
+    flush(plots=True)
+    log(f"wrote {os.path.join(args.out, 'BENCHMARKS.md')} and results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

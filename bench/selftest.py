@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Checks of the benchmark suite that need no GPU (a few minutes on 2 CPU cores):
+
+1. the torch float64 recurrence (benchlib/reference.py) agrees with linattn.reference (when
+   importable) on every variant, outputs and gradients;
+2. --dry-run writes a complete report (every variant, both directions, plots);
+3. the row code records "not implemented" (NotImplementedError), "refuses: <first line>"
+   (another exception) and a backward-only failure, and keeps the other side's numbers;
+4. --smoke on two variants runs the real measurement path end to end.
+
+    python3 bench/selftest.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import run_benchmarks  # noqa: E402
+from benchlib import impls, problems, reference  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def test_reference():
+    try:
+        import linattn  # noqa: PLC0415
+    except Exception as e:  # noqa: BLE001
+        print(f"skip reference cross-check: linattn not importable ({e})")
+        return
+    ref = impls.Reference(linattn, torch.device("cpu"))
+    check(ref.families == set(problems.FAMILIES),
+          f"linattn.reference agrees with the torch recurrence for {sorted(ref.families)} {ref.notes}")
+
+
+def test_dry_run(tmp):
+    out = os.path.join(tmp, "dry")
+    rc = run_benchmarks.main(["--out", out, "--dry-run", "--skip-cpu", "--no-varlen"])
+    check(rc == 0, "dry run exits 0")
+    doc = json.load(open(os.path.join(out, "results.json")))
+    variants = {r["variant"] for r in doc["rows"]}
+    check(variants == {v.key for v in problems.gpu_variants()}, "dry run covers every variant")
+    md = open(os.path.join(out, "BENCHMARKS.md")).read()
+    check("DRY RUN" in md and "do not edit by hand" in md, "dry-run report is labelled")
+    pngs = [f for f in os.listdir(out) if f.endswith(".png")]
+    check(len(pngs) == len(variants), f"one plot per variant ({len(pngs)})")
+
+
+def test_status_paths():
+    def not_impl(*a, **k):
+        raise NotImplementedError("CUDA backward not implemented")
+
+    def refuses(*a, **k):
+        raise RuntimeError("first line of the refusal\nsecond line")
+
+    class BwdFails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            raise NotImplementedError("backward")
+
+    mock = reference.make_fla_signature_op("gla", torch.float32)
+
+    def fwd_only(q, k, v, g, **kw):
+        o, s = mock(q, k, v, g, **kw)
+        return BwdFails.apply(o), s
+
+    ours = impls.Impl("ours")
+    ours.fns["gla"] = fwd_only
+    ours.fns["kda"] = not_impl
+    fla = impls.Impl("fla")
+    fla.fns["gla"] = mock
+    fla.fns["kda"] = refuses
+    args = run_benchmarks.parse_args(["--out", "/tmp/unused", "--smoke"])
+    ceil = {"copy_bw_Bps": 1e10, "matmul_flops_per_s": 1e11}
+    runner = run_benchmarks.Runner(args, torch.device("cpu"), ours, fla,
+                                   impls.Reference(None, torch.device("cpu")), ceil, 0)
+    shape = problems.fixed_shape(1, 80)
+    gla = [v for v in problems.gpu_variants() if v.key == "gla"][0].with_heads(2, 2, 16, 16)
+    rows = runner.item(gla, shape, ("fwd", "fwdbwd"), "gpu", [("ours", ours), ("fla", fla)])
+    check(rows[0]["ours"]["status"] == "ok" and rows[0]["fla"]["status"] == "ok", "forward of both ran")
+    check(rows[1]["ours"]["status"] == "not implemented", "backward NotImplementedError -> not implemented")
+    check(rows[1]["fla"]["status"] == "ok" and "o" in rows[1]["fp64"]["fla"], "FLA's numbers kept")
+    kda = problems.gpu_variants()[0].with_heads(2, 2, 16, 16)
+    rows = runner.item(kda, shape, ("fwd",), "gpu", [("ours", ours), ("fla", fla)])
+    check(rows[0]["ours"]["status"] == "not implemented", "forward NotImplementedError -> not implemented")
+    check(rows[0]["fla"] == {"status": "refuses", "message": "RuntimeError: first line of the refusal"},
+          "other exception -> refuses + first line")
+
+
+def test_smoke(tmp):
+    out = os.path.join(tmp, "smoke")
+    rc = run_benchmarks.main(["--out", out, "--smoke", "--ops", "kda_safe_gate_ik,gdn_gva"])
+    check(rc == 0, "smoke run exits 0")
+    doc = json.load(open(os.path.join(out, "results.json")))
+    ok = [r for r in doc["rows"] if r["ours"].get("status") == "ok" and r["fla"].get("status") == "ok"]
+    check(len(ok) == 16, f"smoke: 16 rows with both sides timed ({len(ok)})")
+    worst = max(e for r in ok for e in r["fp64"]["ours"].values() if e is not None)
+    check(worst < 2e-3, f"smoke: ours vs float64 within the float32 bound ({worst:.1e})")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        test_reference()
+        test_dry_run(tmp)
+        test_status_paths()
+        test_smoke(tmp)
+    print(f"{len(failures)} failed" if failures else "all passed")
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,19 @@
+// GLA on CPU: per-channel gate, no delta rule (V_new = V).
+#include "cpu/common/driver.hpp"
+#include "cpu/families.hpp"
+
+namespace linattn::cpu::gla {
+
+const FamilyTraits kTraits{/*delta=*/false, /*vector_gate=*/true};
+
+Status forward(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
+               Workspace ws) {
+  return run_forward(kTraits, p, in, out, ws);
+}
+
+Status backward(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                Workspace ws) {
+  return run_backward(kTraits, p, in, out, ws);
+}
+
+}  // namespace linattn::cpu::gla

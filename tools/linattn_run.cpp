@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.hpp"
 #include "linattn/linattn.hpp"
 
 #ifdef LINATTN_WITH_CUDA
@@ -149,46 +150,6 @@ Args parse(int argc, char** argv) {
 }
 
 // ---------------------------------------------------------------- host buffers
-uint16_t to_half_bits(float f, bool bf16) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (bf16) {
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<uint16_t>(u >> 16);
-  }
-  // float16: values here are small and normal; round to nearest
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  int32_t exp = static_cast<int32_t>((u >> 23) & 0xff) - 127 + 15;
-  uint32_t man = u & 0x7fffffu;
-  if (exp <= 0) return static_cast<uint16_t>(sign);
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (man >> 13);
-  if ((man & 0x1fffu) > 0x1000u || ((man & 0x1fffu) == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(h);
-}
-
-float from_half_bits(uint16_t h, bool bf16) {
-  if (bf16) {
-    uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const int32_t exp = (h >> 10) & 0x1f;
-  const uint32_t man = h & 0x3ffu;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(static_cast<float>(man), -24);
-    if (sign) f = -f;
-    return f;
-  }
-  uint32_t u = sign | (exp == 31 ? 0x7f800000u | (man << 13)
-                                 : (static_cast<uint32_t>(exp + 112) << 23) | (man << 13));
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 struct Buffer {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
@@ -207,28 +168,8 @@ struct Buffer {
     host.assign(static_cast<size_t>(numel()) * dtype_size(dt), 0);
     present = true;
   }
-  double get(int64_t i) const {
-    switch (dtype) {
-      case DType::kBFloat16: return from_half_bits(reinterpret_cast<const uint16_t*>(host.data())[i], true);
-      case DType::kFloat16: return from_half_bits(reinterpret_cast<const uint16_t*>(host.data())[i], false);
-      case DType::kFloat32: return reinterpret_cast<const float*>(host.data())[i];
-      case DType::kFloat64: return reinterpret_cast<const double*>(host.data())[i];
-      case DType::kInt32: return reinterpret_cast<const int32_t*>(host.data())[i];
-      case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(host.data())[i]);
-      default: return reinterpret_cast<const uint8_t*>(host.data())[i];
-    }
-  }
-  void set(int64_t i, double x) {
-    switch (dtype) {
-      case DType::kBFloat16: reinterpret_cast<uint16_t*>(host.data())[i] = to_half_bits(static_cast<float>(x), true); break;
-      case DType::kFloat16: reinterpret_cast<uint16_t*>(host.data())[i] = to_half_bits(static_cast<float>(x), false); break;
-      case DType::kFloat32: reinterpret_cast<float*>(host.data())[i] = static_cast<float>(x); break;
-      case DType::kFloat64: reinterpret_cast<double*>(host.data())[i] = x; break;
-      case DType::kInt32: reinterpret_cast<int32_t*>(host.data())[i] = static_cast<int32_t>(x); break;
-      case DType::kInt64: reinterpret_cast<int64_t*>(host.data())[i] = static_cast<int64_t>(x); break;
-      default: reinterpret_cast<uint8_t*>(host.data())[i] = static_cast<uint8_t>(x); break;
-    }
-  }
+  double get(int64_t i) const { return detail::load_as_double(host.data(), dtype, i); }
+  void set(int64_t i, double x) { detail::store_from_double(host.data(), dtype, i, x); }
   TensorView view(bool on_device) const {
     if (!present) return TensorView{};
     TensorView t;

@@ -1,0 +1,369 @@
+// Kernel 1 of the chunked delta-rule forward: everything local to one chunk (see chunk_fwd.hpp).
+// Included by kda/ (vector gate) and gdn/ (scalar gate), which instantiate it.
+#pragma once
+
+#include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/mma.cuh"
+
+namespace linattn::cuda::kern {
+
+constexpr int kC = 64;          // chunk size
+constexpr int kPrepThreads = 256;
+constexpr int kLdA = 68;        // row stride (floats) of the 64x64 float scratch matrices
+
+template <class T>
+__host__ __device__ constexpr int pad_elems() { return 16 / static_cast<int>(sizeof(T)); }
+
+// Shared-memory carve-up of chunk_prep (offsets in bytes, each 16-byte aligned).
+struct PrepSmem {
+  int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, total;
+  __host__ __device__ PrepSmem(int K, int esize, bool q_in_smem) {
+    const int ldg = K + 4, ldk = K + 16 / esize;
+    int o = 0;
+    gam = o; o += kC * ldg * 4;
+    ks = o; o += kC * ldk * esize;
+    qs = o; o += q_in_smem ? kC * ldk * esize : 0;
+    akk = o; o += kC * kLdA * 4;
+    tinv = o; o += kC * kLdA * 4;
+    mbuf = o; o += 16 * kLdA * 4;
+    beta = o; o += kC * 4;
+    rk = o; o += kC * 4;
+    rq = o; o += kC * 4;
+    wide = o; o += 16;
+    total = o;
+  }
+};
+
+__device__ __forceinline__ float sigmoidf_(float x) {
+  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
+}
+__device__ __forceinline__ float softplusf_(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
+
+template <class T, bool VEC>
+__global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int K = p.K, V = p.V, HV = p.HV, H = p.H;
+  const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const ChunkInfo ci = p.chunks[c];
+  const int t0 = ci.t0, Lc = ci.len;
+  const PrepSmem L(K, sizeof(T), p.q_in_smem != 0);
+  const int ldg = K + 4, ldk = K + pad_elems<T>();
+  float* gam = reinterpret_cast<float*>(smem + L.gam);
+  T* ks = reinterpret_cast<T*>(smem + L.ks);
+  T* qs = reinterpret_cast<T*>(smem + L.qs);
+  float* Akk = reinterpret_cast<float*>(smem + L.akk);
+  float* Ti = reinterpret_cast<float*>(smem + L.tinv);
+  float* Mb = reinterpret_cast<float*>(smem + L.mbuf);
+  float* bet = reinterpret_cast<float*>(smem + L.beta);
+  float* rk = reinterpret_cast<float*>(smem + L.rk);
+  float* rq = reinterpret_cast<float*>(smem + L.rq);
+  int* wide = reinterpret_cast<int*>(smem + L.wide);
+
+  const T* qg = static_cast<const T*>(p.q);
+  const T* kg = static_cast<const T*>(p.k);
+  const T* vg = static_cast<const T*>(p.v);
+  const int64_t blk = static_cast<int64_t>(c) * HV + hv;
+
+  // ---- 1a. gates: transform, into gam (vector gate) or gs (scalar gate); all threads, coalesced
+  const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
+  const float ea = expf(alog);
+  auto gate_tf = [&](float raw, float dtb) -> float {
+    if (p.gate_kind == 1) return -ea * softplusf_(raw + dtb);
+    if (p.gate_kind == 2) return p.lower_bound * sigmoidf_(p.has_alog ? ea * (raw + dtb) : raw + dtb);
+    return raw;
+  };
+  const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
+  if constexpr (VEC) {
+    for (int e = tid; e < kC * K; e += kPrepThreads) {
+      const int i = e / K, d = e - i * K;
+      float x = 0.f;
+      if (i < Lc) {
+        const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * K + d) : 0.f;
+        x = gate_tf(load_any(p.g, p.g_dt, (static_cast<int64_t>(t0 + i) * HV + hv) * K + d), dtb);
+      }
+      gam[i * ldg + d] = x;
+    }
+  } else {
+    if (tid < kC) {
+      float x = 0.f;
+      if (tid < Lc) {
+        const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, hv) : 0.f;
+        x = gate_tf(load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv), dtb);
+      }
+      Mb[tid] = x;  // scratch until the inverse needs it
+    }
+  }
+  // ---- 2a. k (and q) rows, raw, 16-byte vector copies; beta
+  {
+    constexpr int per = 16 / sizeof(T);
+    const int pieces = K / per;
+    for (int e = tid; e < kC * pieces; e += kPrepThreads) {
+      const int i = e / pieces, d = (e - i * pieces) * per;
+      const int64_t off = (static_cast<int64_t>(t0 + i) * H + h) * K + d;
+      uint4 kv = make_uint4(0, 0, 0, 0), qv = make_uint4(0, 0, 0, 0);
+      if (i < Lc) {
+        kv = *reinterpret_cast<const uint4*>(kg + off);
+        if (p.q_in_smem) qv = *reinterpret_cast<const uint4*>(qg + off);
+      }
+      *reinterpret_cast<uint4*>(ks + i * ldk + d) = kv;
+      if (p.q_in_smem) *reinterpret_cast<uint4*>(qs + i * ldk + d) = qv;
+    }
+    if (tid < kC) {
+      float b = 0.f;
+      if (tid < Lc) {
+        b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
+        if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigmoidf_(b);
+      }
+      bet[tid] = b;
+    }
+  }
+  __syncthreads();
+  // ---- 1b. chunk-local cumsum along tokens (one thread per key channel); exp(γ_C)
+  for (int d = tid; d < K; d += kPrepThreads) {
+    float run = 0.f;
+    for (int i = 0; i < kC; ++i) {
+      run += VEC ? gam[i * ldg + d] : Mb[i];
+      gam[i * ldg + d] = run;
+    }
+    p.gexp[blk * K + d] = expf(run);
+  }
+  // ---- 2b. l2 norms (warp per row)
+  for (int i = warp; i < kC; i += kPrepThreads / 32) {
+    float sk = 0.f, sq = 0.f;
+    for (int d = lane; d < K; d += 32) {
+      const float kx = to_f(ks[i * ldk + d]);
+      sk += kx * kx;
+      float qx = 0.f;
+      if (p.q_in_smem) qx = to_f(qs[i * ldk + d]);
+      else if (i < Lc) qx = to_f(qg[(static_cast<int64_t>(t0 + i) * H + h) * K + d]);
+      sq += qx * qx;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      sk += __shfl_xor_sync(0xffffffffu, sk, o);
+      sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    }
+    if (lane == 0) {
+      rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+      rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+    }
+  }
+  __syncthreads();  // Mb (scalar gates) read before it is reused
+  // zero the inverse (its upper blocks stay zero)
+  for (int e = tid; e < kC * kLdA; e += kPrepThreads) Ti[e] = 0.f;
+  // Diagonal 16x16 blocks go to the tensor cores when the block's decay spread
+  // max_d (γ_16b - γ_16b+15) keeps exp(spread) |k| inside the operand type's range (always with
+  // safe_gate, L >= -5: spread <= 75); otherwise ("wide" blocks) they take exact per-element exps.
+  if (warp < 4) {
+    const float thr = std::is_same_v<T, __half> ? 4.f : 80.f;
+    float spread = 0.f;
+    for (int d = lane; d < K; d += 32) spread = fmaxf(spread, gam[(16 * warp) * ldg + d] - gam[(16 * warp + 15) * ldg + d]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) spread = fmaxf(spread, __shfl_xor_sync(0xffffffffu, spread, o));
+    if (lane == 0) wide[warp] = VEC ? !(spread <= thr) : 0;
+  }
+  __syncthreads();
+
+  // q element (raw) of row i, channel d
+  const T* qsrc = p.q_in_smem ? qs : qg + static_cast<int64_t>(t0) * H * K + static_cast<int64_t>(h) * K;
+  const int ldq = p.q_in_smem ? ldk : H * K;
+  const int qrows = p.q_in_smem ? kC : Lc;
+  auto qraw = [&](int i, int d) -> float { return i < qrows ? to_f(qsrc[static_cast<int64_t>(i) * ldq + d]) : 0.f; };
+
+  T* Aout = static_cast<T*>(p.Aqk) + blk * kC * kC;  // Aqk written straight to global
+  // ---- 3a. 16x16 blocks of K Kᵀ and Q Kᵀ (with decay) on tensor cores, row block I against
+  // column blocks 0..I. Row block I uses the reference token r = 16 I: row factor exp(γ_i - γ_r) <= 1
+  // (i >= r); column factor exp(γ_r - γ_j) <= 1 for j < r (no overflow for any g <= 0) and
+  // <= exp(spread) on the diagonal block (checked above).
+  for (int job = warp; job < 40; job += kPrepThreads / 32) {
+    const int I = job < 4 ? 0 : (job < 12 ? 1 : (job < 24 ? 2 : 3));
+    const int rem = job - (I == 0 ? 0 : (I == 1 ? 4 : (I == 2 ? 12 : 24)));
+    const int mat = rem & 1, nt = rem >> 1;
+    const bool diag = nt >= 2 * I;
+    if (diag && wide[I]) continue;
+    const int r = 16 * I;
+    const float* gr = gam + r * ldg;
+    auto bfun = [&](int d, int j) -> float {
+      return to_f(ks[j * ldk + d]) * rk[j] * __expf(gr[d] - gam[j * ldg + d]);
+    };
+    float acc[1][1][4];
+    zero_acc(acc);
+    if constexpr (!VEC) {  // scalar gate: plain products, decay exp(γ_i - γ_j) (<= 1) applied after
+      auto kraw = [&](int d, int j) -> float { return to_f(ks[j * ldk + d]) * rk[j]; };
+      if (mat == 0) {
+        auto afun = [&](int i, int d) -> float { return to_f(ks[i * ldk + d]) * rk[i]; };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
+      } else {
+        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i]; };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
+      }
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
+        if (j <= i) acc[0][0][e] *= __expf(gam[i * ldg] - gam[j * ldg]);
+      }
+    } else if (mat == 0) {
+      auto afun = [&](int i, int d) -> float {
+        return to_f(ks[i * ldk + d]) * rk[i] * __expf(gam[i * ldg + d] - gr[d]);
+      };
+      warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+    } else {
+      auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i] * __expf(gam[i * ldg + d] - gr[d]); };
+      warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
+      if (mat == 0) {
+        if (j < i) Akk[i * kLdA + j] = bet[i] * acc[0][0][e];
+      } else if (j <= i) {
+        Aout[i * kC + j] = from_f<T>(p.scale * acc[0][0][e]);
+      }
+    }
+  }
+  // ---- 3b. "wide" diagonal blocks: exact per-element decay exp(γ_i - γ_j), j <= i
+  for (int e = tid; e < 4 * 136; e += kPrepThreads) {
+    const int b = e / 136, x = e - b * 136;
+    if (!wide[b]) continue;
+    int ii = static_cast<int>((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
+    while ((ii + 1) * (ii + 2) / 2 <= x) ++ii;
+    while (ii * (ii + 1) / 2 > x) --ii;
+    const int jj = x - ii * (ii + 1) / 2;
+    const int i = 16 * b + ii, j = 16 * b + jj;
+    float skk = 0.f, sqk = 0.f;
+    const float* gi = gam + i * ldg;
+    const float* gj = gam + j * ldg;
+    const int rot = (tid * 4) & (K - 1);
+    for (int dd = 0; dd < K; ++dd) {
+      const int d = (dd + rot) & (K - 1);
+      const float kj = to_f(ks[j * ldk + d]) * __expf(gi[d] - gj[d]);
+      skk += to_f(ks[i * ldk + d]) * kj;
+      sqk += qraw(i, d) * kj;
+    }
+    Akk[i * kLdA + j] = (j < i) ? bet[i] * rk[i] * rk[j] * skk : 0.f;
+    Aout[i * kC + j] = from_f<T>(p.scale * rq[i] * rk[j] * sqk);
+  }
+  for (int e = tid; e < kC * kC; e += kPrepThreads) {  // strictly upper part of Aqk
+    const int i = e >> 6, j = e & 63;
+    if (j > i) Aout[e] = from_f<T>(0.f);
+  }
+  __syncthreads();
+
+  // ---- 4. T = (I + Akk)^-1, unit lower triangular: diagonal blocks by forward substitution,
+  // then block rows I = 1..3: T_IJ = -T_II * sum_{J <= K' < I} A_IK' T_K'J.
+  if (tid < 64) {
+    const int b = tid >> 4, cc = tid & 15, base = 16 * b, col = base + cc;
+    Ti[(base + cc) * kLdA + col] = 1.f;
+    for (int ii = cc + 1; ii < 16; ++ii) {
+      const int i = base + ii;
+      float s = 0.f;
+      for (int jj = cc; jj < ii; ++jj) s += Akk[i * kLdA + base + jj] * Ti[(base + jj) * kLdA + col];
+      Ti[i * kLdA + col] = -s;
+    }
+  }
+  __syncthreads();
+  for (int I = 1; I < 4; ++I) {
+    const int r = 16 * I;
+    for (int e = tid; e < 16 * r; e += kPrepThreads) {
+      const int ii = e / r, j = e - ii * r;
+      const int i = r + ii;
+      float s = 0.f;
+      for (int k2 = j & ~15; k2 < r; ++k2) s += Akk[i * kLdA + k2] * Ti[k2 * kLdA + j];
+      Mb[ii * kLdA + j] = s;
+    }
+    __syncthreads();
+    for (int e = tid; e < 16 * r; e += kPrepThreads) {
+      const int ii = e / r, j = e - ii * r;
+      const int i = r + ii;
+      float s = 0.f;
+      for (int kk = 0; kk <= ii; ++kk) s += Ti[i * kLdA + r + kk] * Mb[kk * kLdA + j];
+      Ti[i * kLdA + j] = -s;
+    }
+    __syncthreads();
+  }
+
+  // ---- 5. outputs
+  // W = T (β exp(γ) k), U = T (β v): warp = (row tile mt, column half)
+  {
+    const int mt = warp & 3, half = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    auto tfun = [&](int i, int j) -> float { return Ti[i * kLdA + j]; };
+    const int kend = 16 * (mt + 1);  // T is lower triangular
+    T* Wout = static_cast<T*>(p.W) + blk * kC * K;
+    for (int n0 = half * (K / 2); n0 < (half + 1) * (K / 2); n0 += 32) {
+      auto bw = [&](int j, int d) -> float {
+        return bet[j] * rk[j] * to_f(ks[j * ldk + d]) * __expf(gam[j * ldg + (VEC ? d : 0)]);
+      };
+      float acc[1][4][4];
+      zero_acc(acc);
+      warp_mma<T, 1, 4>(acc, fn_op<T>(tfun), fn_opk<T>(bw), 16 * mt, n0, 0, kend);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = n0 + 8 * ni + 2 * t;
+        store2<T>(Wout + (16 * mt + g) * K + col, acc[0][ni][0], acc[0][ni][1]);
+        store2<T>(Wout + (16 * mt + g + 8) * K + col, acc[0][ni][2], acc[0][ni][3]);
+      }
+    }
+    T* Uout = static_cast<T*>(p.U) + blk * kC * V;
+    const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
+    for (int n0 = half * (V / 2); n0 < (half + 1) * (V / 2); n0 += 32) {
+      auto bu = [&](int j, int vv) -> float {
+        return j < Lc ? bet[j] * to_f(vbase[static_cast<int64_t>(j) * HV * V + vv]) : 0.f;
+      };
+      float acc[1][4][4];
+      zero_acc(acc);
+      warp_mma<T, 1, 4>(acc, fn_op<T>(tfun), fn_opk<T>(bu), 16 * mt, n0, 0, kend);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = n0 + 8 * ni + 2 * t;
+        store2<T>(Uout + (16 * mt + g) * V + col, acc[0][ni][0], acc[0][ni][1]);
+        store2<T>(Uout + (16 * mt + g + 8) * V + col, acc[0][ni][2], acc[0][ni][3]);
+      }
+    }
+  }
+  // Qg = scale q exp(γ) [64][K]
+  {
+    T* out = static_cast<T*>(p.Qg) + blk * kC * K;
+    const int hk = K / 2;
+    for (int e = tid; e < kC * hk; e += kPrepThreads) {
+      const int i = e / hk, d = 2 * (e - i * hk);
+      const float sc = p.scale * rq[i];
+      const float e0 = __expf(gam[i * ldg + (VEC ? d : 0)]), e1 = VEC ? __expf(gam[i * ldg + d + 1]) : e0;
+      store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
+    }
+  }
+  // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
+  {
+    T* out = static_cast<T*>(p.KgT) + blk * K * kC;
+    const float* gC = gam + (kC - 1) * ldg;
+    for (int e = tid; e < K * (kC / 2); e += kPrepThreads) {
+      const int d = e >> 5, i = 2 * (e & 31);
+      store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC[d] - gam[i * ldg + d]),
+                rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC[d] - gam[(i + 1) * ldg + d]));
+    }
+  }
+}
+
+template <class T, bool VEC>
+cudaError_t launch_prep_t(const PrepParams& p, int smem, cudaStream_t s) {
+  auto kernel = chunk_prep_kernel<T, VEC>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(p.num_chunks, p.HV);
+  kernel<<<grid, kPrepThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <bool VEC>
+cudaError_t launch_prep_dispatch(int dtype, const PrepParams& p, int smem, cudaStream_t s) {
+  switch (dtype) {
+    case 0: return launch_prep_t<__half, VEC>(p, smem, s);
+    case 1: return launch_prep_t<__nv_bfloat16, VEC>(p, smem, s);
+    default: return launch_prep_t<float, VEC>(p, smem, s);
+  }
+}
+
+}  // namespace linattn::cuda::kern

@@ -1,0 +1,219 @@
+// Warp-level tensor-core products for the chunk kernels (CuTe SM80 mma.sync atoms).
+//
+// warp_mma accumulates a (16*MI) x (8*NI) tile of A * B into float accumulators in the C
+// fragment layout of m16n8k*: acc[mi][ni][0..3] holds rows (g, g, g+8, g+8) and columns
+// (2t, 2t+1, 2t, 2t+1) of its 16x8 tile, with g = lane / 4, t = lane % 4.
+//
+// Operands come through loaders, so they can live in shared memory, in global memory, or be
+// computed on the fly (decay factors):
+//   16-bit types: la.pair(m, k) packs A(m,k), A(m,k+1); lb.pair(k, n) packs B(k,n), B(k+1,n)
+//   float:        la.at(m, k), lb.at(k, n); the product runs as 3xTF32 (big*big + big*small +
+//                 small*big), close to float32 accuracy.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/arch/mma_sm80.hpp>
+
+namespace linattn::cuda::kern {
+
+template <class T>
+inline constexpr bool kIs16 = !std::is_same_v<T, float>;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Stores two adjacent elements (x at p[0], y at p[1]).
+template <class T>
+__device__ __forceinline__ void store2(T* p, float x, float y) {
+  if constexpr (kIs16<T>) {
+    *reinterpret_cast<uint32_t*>(p) = pack2<T>(x, y);
+  } else {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+  }
+}
+
+// Row-major operand: element (r, c) at p[r * ld + c]; pairs run along c.
+template <class T>
+struct RowOp {
+  const T* p;
+  int ld;
+  __device__ __forceinline__ uint32_t pair(int r, int c) const {
+    return *reinterpret_cast<const uint32_t*>(p + static_cast<int64_t>(r) * ld + c);
+  }
+  __device__ __forceinline__ float at(int r, int c) const { return to_f(p[static_cast<int64_t>(r) * ld + c]); }
+};
+
+// B operand stored n-major (element (k, n) at p[n * ld + k]).
+template <class T>
+struct ColOp {
+  const T* p;
+  int ld;
+  __device__ __forceinline__ uint32_t pair(int k, int n) const {
+    return *reinterpret_cast<const uint32_t*>(p + static_cast<int64_t>(n) * ld + k);
+  }
+  __device__ __forceinline__ float at(int k, int n) const { return to_f(p[static_cast<int64_t>(n) * ld + k]); }
+};
+
+// Operand computed by a functor f(r, c) -> float; pairs run along the second index.
+template <class T, class F>
+struct FnOp {
+  F f;
+  __device__ __forceinline__ uint32_t pair(int r, int c) const { return pack2<T>(f(r, c), f(r, c + 1)); }
+  __device__ __forceinline__ float at(int r, int c) const { return f(r, c); }
+};
+template <class T, class F>
+__device__ __forceinline__ FnOp<T, F> fn_op(F f) { return FnOp<T, F>{f}; }
+
+// Same, for a B operand whose pairs run along the first index (k).
+template <class T, class F>
+struct FnOpK {
+  F f;
+  __device__ __forceinline__ uint32_t pair(int k, int n) const { return pack2<T>(f(k, n), f(k + 1, n)); }
+  __device__ __forceinline__ float at(int k, int n) const { return f(k, n); }
+};
+template <class T, class F>
+__device__ __forceinline__ FnOpK<T, F> fn_opk(F f) { return FnOpK<T, F>{f}; }
+
+__device__ __forceinline__ uint32_t tf32_bits(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+template <class T>
+__device__ __forceinline__ void mma16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0],
+                                              b[1], d[0], d[1], d[2], d[3]);
+  } else {
+    cute::SM80_16x8x16_F32F16F16F32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0],
+                                            b[1], d[0], d[1], d[2], d[3]);
+  }
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  cute::SM80_16x8x8_F32TF32TF32F32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1],
+                                           d[0], d[1], d[2], d[3]);
+}
+
+// acc += A[m0 : m0+16*MI, k_begin : k_end] * B[k_begin : k_end, n0 : n0+8*NI]
+// (k_begin, k_end multiples of 16; the whole warp calls it).
+template <class T, int MI, int NI, class LA, class LB>
+__device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, const LB& lb, int m0,
+                                         int n0, int k_begin, int k_end) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  if constexpr (kIs16<T>) {
+#pragma unroll 2
+    for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+      uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        const int r = m0 + 16 * mi + g;
+        a[mi][0] = la.pair(r, k0 + 2 * t);
+        a[mi][1] = la.pair(r + 8, k0 + 2 * t);
+        a[mi][2] = la.pair(r, k0 + 2 * t + 8);
+        a[mi][3] = la.pair(r + 8, k0 + 2 * t + 8);
+      }
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int c = n0 + 8 * ni + g;
+        b[ni][0] = lb.pair(k0 + 2 * t, c);
+        b[ni][1] = lb.pair(k0 + 2 * t + 8, c);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) mma16<T>(acc[mi][ni], a[mi], b[ni]);
+    }
+  } else {
+#pragma unroll 2
+    for (int k0 = k_begin; k0 < k_end; k0 += 8) {
+      uint32_t ab[MI][4], as[MI][4], bb[NI][2], bs[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        const int r = m0 + 16 * mi + g;
+        const float x[4] = {la.at(r, k0 + t), la.at(r + 8, k0 + t), la.at(r, k0 + t + 4),
+                            la.at(r + 8, k0 + t + 4)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ab[mi][e] = tf32_bits(x[e]);
+          as[mi][e] = tf32_bits(x[e] - __uint_as_float(ab[mi][e]));
+        }
+      }
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int c = n0 + 8 * ni + g;
+        const float x[2] = {lb.at(k0 + t, c), lb.at(k0 + t + 4, c)};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          bb[ni][e] = tf32_bits(x[e]);
+          bs[ni][e] = tf32_bits(x[e] - __uint_as_float(bb[ni][e]));
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          mma_tf32(acc[mi][ni], as[mi], bb[ni]);
+          mma_tf32(acc[mi][ni], ab[mi], bs[ni]);
+          mma_tf32(acc[mi][ni], ab[mi], bb[ni]);
+        }
+    }
+  }
+}
+
+template <int MI, int NI>
+__device__ __forceinline__ void zero_acc(float (&acc)[MI][NI][4]) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+}
+
+// ---- scalar loads/stores of runtime dtype (small per-token tensors, states)
+// dtype codes follow linattn::DType: 0 fp16, 1 bf16, 2 fp32, 3 fp64.
+__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
+  switch (dt) {
+    case 0: return __half2float(static_cast<const __half*>(p)[i]);
+    case 1: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case 2: return static_cast<const float*>(p)[i];
+    default: return static_cast<float>(static_cast<const double*>(p)[i]);
+  }
+}
+__device__ __forceinline__ void store_state(void* p, int dt, int64_t i, float x) {
+  if (dt == 3) static_cast<double*>(p)[i] = x;
+  else static_cast<float*>(p)[i] = x;
+}
+__device__ __forceinline__ float load_state(const void* p, int dt, int64_t i) {
+  return dt == 3 ? static_cast<float>(static_cast<const double*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+}  // namespace linattn::cuda::kern

@@ -1,0 +1,226 @@
+// The CUDA backend's entry points: KDA / GDN chunked forward (see common/chunk_fwd.hpp);
+// GLA, simple GLA and every backward are refused for now.
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "cuda/common/chunk_fwd.hpp"
+
+namespace linattn::cuda {
+namespace {
+
+using detail::Problem;
+constexpr int64_t kC = 64;
+constexpr std::size_t kAlign = 256;
+constexpr std::size_t kMaxSmem = 227 * 1024;
+
+std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+int dtype_code(DType d) {
+  switch (d) {
+    case DType::kFloat16: return 0;
+    case DType::kBFloat16: return 1;
+    case DType::kFloat32: return 2;
+    default: return 3;
+  }
+}
+
+Status cuda_error(const char* what, cudaError_t e) {
+  return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
+}
+
+Status supported(const Problem& p) {
+  if (p.family != Family::kKDA && p.family != Family::kGDN) {
+    return Status::Unsupported(std::string("CUDA forward for ") + family_name(p.family) +
+                               " is not implemented yet (KDA and GDN only)");
+  }
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32) {
+    return Status::Unsupported(std::string("CUDA forward takes bfloat16, float16 or float32 q/k/v, got ") +
+                               dtype_name(p.dtype));
+  }
+  auto ok_size = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
+  if (!ok_size(p.K)) {
+    return Status::Unsupported("CUDA forward supports head size K in {64, 128, 256}, got K = " + std::to_string(p.K));
+  }
+  if (!ok_size(p.V)) {
+    return Status::Unsupported("CUDA forward supports head size V in {64, 128, 256}, got V = " + std::to_string(p.V));
+  }
+  if (p.B * p.T >= (int64_t{1} << 31) || p.num_chunks * p.HV >= (int64_t{1} << 31)) {
+    return Status::Unsupported("CUDA forward: too many tokens for 32-bit token indices");
+  }
+  if (p.num_chunks > 0x7fffffff || p.HV > 65535 || p.N > 65535) {
+    return Status::Unsupported("CUDA forward: grid too large (HV and the sequence count must be <= 65535)");
+  }
+  return Status::Ok();
+}
+
+// Workspace carve-up (byte offsets).
+struct WsLayout {
+  std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, total;
+  explicit WsLayout(const Problem& p) {
+    const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
+    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;  // (chunk, head) blocks
+    std::size_t o = 0;
+    chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
+    seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
+    W = o; o = align_up(o + nb * kC * p.K * es);
+    U = o; o = align_up(o + nb * kC * p.V * es);
+    Qg = o; o = align_up(o + nb * kC * p.K * es);
+    KgT = o; o = align_up(o + nb * kC * p.K * es);
+    Aqk = o; o = align_up(o + nb * kC * kC * es);
+    gexp = o; o = align_up(o + nb * p.K * 4);
+    total = o;
+  }
+};
+
+}  // namespace
+
+bool available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of the failed query
+    return false;
+  }
+  return n > 0;
+}
+
+std::size_t forward_workspace_bytes(const Problem& p) {
+  if (!supported(p).ok()) return 0;
+  return WsLayout(p).total;
+}
+std::size_t backward_workspace_bytes(const Problem&) { return 0; }
+std::size_t saved_bytes(const Problem&) { return 0; }
+
+Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
+               Stream stream) {
+  Status s = supported(p);
+  if (!s.ok()) return s;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  int prev_dev = 0;
+  cudaError_t e = cudaGetDevice(&prev_dev);
+  if (e != cudaSuccess) return cuda_error("cudaGetDevice", e);
+  if (prev_dev != p.device.index) {
+    if ((e = cudaSetDevice(p.device.index)) != cudaSuccess) return cuda_error("cudaSetDevice", e);
+  }
+  struct Restore {
+    int dev, prev;
+    ~Restore() {
+      if (dev != prev) cudaSetDevice(prev);
+    }
+  } restore{p.device.index, prev_dev};
+
+  const WsLayout lay(p);
+  if (ws.bytes < lay.total) return {StatusCode::kWorkspaceTooSmall, "CUDA forward workspace too small"};
+  unsigned char* base = static_cast<unsigned char*>(ws.data);
+  const int dt = dtype_code(p.dtype);
+
+  // chunk and sequence maps, built on the host from the validated offsets
+  std::vector<kern::ChunkInfo> chunks(static_cast<std::size_t>(p.num_chunks));
+  std::vector<kern::SeqInfo> seqs(static_cast<std::size_t>(p.N));
+  for (int64_t n = 0; n < p.N; ++n) {
+    const int64_t len = p.seq_len(n);
+    seqs[n] = {static_cast<int32_t>(p.cu[n]), static_cast<int32_t>(len),
+               static_cast<int32_t>(p.chunk_offsets[n]), 0};
+    for (int64_t c = p.chunk_offsets[n]; c < p.chunk_offsets[n + 1]; ++c) {
+      const int64_t off = (c - p.chunk_offsets[n]) * kC;
+      chunks[c] = {static_cast<int32_t>(p.cu[n] + off), static_cast<int32_t>(std::min<int64_t>(kC, len - off))};
+    }
+  }
+  if (!chunks.empty()) {
+    e = cudaMemcpyAsync(base + lay.chunks, chunks.data(), chunks.size() * sizeof(kern::ChunkInfo),
+                        cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (chunk map)", e);
+  }
+  e = cudaMemcpyAsync(base + lay.seqs, seqs.data(), seqs.size() * sizeof(kern::SeqInfo),
+                      cudaMemcpyHostToDevice, st);
+  if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (sequence map)", e);
+
+  // ---- kernel 1: chunk-local preparation
+  if (p.num_chunks > 0) {
+    kern::PrepParams pp{};
+    pp.q = in.q.data;
+    pp.k = in.k.data;
+    pp.v = in.v.data;
+    pp.g = in.g.data;
+    pp.g_dt = dtype_code(in.g.dtype);
+    pp.beta = in.beta.data;
+    pp.beta_dt = dtype_code(in.beta.dtype);
+    pp.A_log = p.has_A_log ? in.A_log.data : nullptr;
+    pp.alog_dt = p.has_A_log ? dtype_code(in.A_log.dtype) : 2;
+    pp.dt_bias = p.has_dt_bias ? in.dt_bias.data : nullptr;
+    pp.dtb_dt = p.has_dt_bias ? dtype_code(in.dt_bias.dtype) : 2;
+    pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
+    pp.num_chunks = static_cast<int>(p.num_chunks);
+    pp.H = static_cast<int>(p.H);
+    pp.HV = static_cast<int>(p.HV);
+    pp.G = static_cast<int>(p.G);
+    pp.K = static_cast<int>(p.K);
+    pp.V = static_cast<int>(p.V);
+    pp.scale = static_cast<float>(p.scale);
+    pp.l2norm = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+    pp.beta_mode = p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0;
+    switch (p.gate_tf.kind) {
+      case detail::GateTransform::Kind::kIdentity: pp.gate_kind = 0; break;
+      case detail::GateTransform::Kind::kSoftplus: pp.gate_kind = 1; break;
+      case detail::GateTransform::Kind::kLowerBound: pp.gate_kind = 2; break;
+    }
+    pp.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
+    pp.has_alog = p.has_A_log ? 1 : 0;
+    pp.has_dtb = p.has_dt_bias ? 1 : 0;
+    std::size_t smem = kern::prep_smem_bytes(dt, pp.K, true);
+    pp.q_in_smem = 1;
+    if (smem > 200 * 1024) {
+      smem = kern::prep_smem_bytes(dt, pp.K, false);
+      pp.q_in_smem = 0;
+    }
+    pp.W = base + lay.W;
+    pp.U = base + lay.U;
+    pp.Qg = base + lay.Qg;
+    pp.KgT = base + lay.KgT;
+    pp.Aqk = base + lay.Aqk;
+    pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
+    e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem), st)
+                                 : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem), st);
+    if (e != cudaSuccess) return cuda_error("chunk_prep launch", e);
+  }
+
+  // ---- kernel 2: sequential state pass and output
+  if (p.N > 0) {
+    kern::StateParams sp{};
+    sp.W = base + lay.W;
+    sp.U = base + lay.U;
+    sp.Qg = base + lay.Qg;
+    sp.KgT = base + lay.KgT;
+    sp.Aqk = base + lay.Aqk;
+    sp.gexp = reinterpret_cast<const float*>(base + lay.gexp);
+    sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + lay.seqs);
+    sp.h0 = p.has_h0 ? in.initial_state.data : nullptr;
+    sp.h0_dt = p.has_h0 ? dtype_code(in.initial_state.dtype) : 2;
+    sp.ht = out.final_state.present() ? out.final_state.data : nullptr;
+    sp.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
+    sp.h = out.h.present() ? out.h.data : nullptr;
+    sp.h_dt = out.h.present() ? dtype_code(out.h.dtype) : 2;
+    sp.o = out.o.data;
+    sp.N = static_cast<int>(p.N);
+    sp.HV = static_cast<int>(p.HV);
+    sp.K = static_cast<int>(p.K);
+    sp.V = static_cast<int>(p.V);
+    sp.v_first = p.opt.state_v_first ? 1 : 0;
+    int stages = 2;
+    std::size_t smem = kern::state_smem_bytes(dt, sp.K, 2);
+    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, sp.K, 1); }
+    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, sp.K, 0); }
+    sp.stages = stages;
+    e = kern::launch_state(dt, sp, static_cast<int>(smem), st);
+    if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
+  }
+  return Status::Ok();
+}
+
+Status backward(const Problem&, const BackwardInputs&, const BackwardOutputs&, Workspace, Stream) {
+  return Status::Unsupported("CUDA backward is not implemented yet");
+}
+
+}  // namespace linattn::cuda

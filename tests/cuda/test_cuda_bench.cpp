@@ -1,0 +1,131 @@
+// Forward benchmark at the reference shape (B=2, T=8192, H=32, K=V=128, bf16): KDA with and
+// without safe_gate, GDN with H=16, HV=32. Disabled by default; run with
+//   linattn_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Forward*'
+// CUDA events, warm-up, median of many, input sets rotated to defeat L2.
+// Settings match bench/fla_forward_times.py.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace linattn::test {
+namespace {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(std::size_t n) { cudaMalloc(&p, n); }
+  ~Dev() { cudaFree(p); }
+};
+
+TensorView dev_view(void* p, DType dt, std::initializer_list<int64_t> shape) {
+  TensorView v = make_view(p, dt, shape, Device{DeviceType::kCUDA, 0});
+  return v;
+}
+
+// Fills a device buffer with random values of dtype (via a host tensor).
+void fill_dev(void* p, DType dt, int64_t n, int mode) {
+  HostTensor h(dt, {n});
+  if (mode == 0) fill_normal(h);
+  else if (mode == 1) fill_uniform(h, 0.05, 1.0);
+  else fill_logsigmoid_gate(h);
+  cudaMemcpy(p, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice);
+}
+
+double bench_one(Family fam, int64_t H, int64_t HV, bool safe) {
+  const int64_t B = 2, T = 8192, K = 128, V = 128;
+  const int rot = 4;
+  const DType bf = DType::kBFloat16;
+  const bool kda = fam == Family::kKDA;
+  std::vector<std::unique_ptr<Dev>> bufs;
+  std::vector<ForwardInputs> ins(rot);
+  auto alloc = [&](std::size_t n) { bufs.emplace_back(new Dev(n)); return bufs.back()->p; };
+  void* A_log = alloc(HV * 4);
+  void* dtb = alloc(HV * K * 4);
+  {
+    HostTensor a(DType::kFloat32, {HV});
+    fill_uniform(a, 0.0, 2.7);
+    cudaMemcpy(A_log, a.bytes.data(), a.bytes.size(), cudaMemcpyHostToDevice);
+    fill_dev(dtb, DType::kFloat32, HV * K, 0);
+  }
+  for (int r = 0; r < rot; ++r) {
+    ForwardInputs& in = ins[r];
+    void* q = alloc(B * T * H * K * 2);
+    void* k = alloc(B * T * H * K * 2);
+    void* v = alloc(B * T * HV * V * 2);
+    const int64_t gn = kda ? B * T * HV * K : B * T * HV;
+    void* g = alloc(gn * 4);
+    void* beta = alloc(B * T * HV * 2);
+    fill_dev(q, bf, B * T * H * K, 0);
+    fill_dev(k, bf, B * T * H * K, 0);
+    fill_dev(v, bf, B * T * HV * V, 0);
+    fill_dev(g, DType::kFloat32, gn, kda ? 0 : 2);
+    fill_dev(beta, bf, B * T * HV, 1);
+    in.q = dev_view(q, bf, {B, T, H, K});
+    in.k = dev_view(k, bf, {B, T, H, K});
+    in.v = dev_view(v, bf, {B, T, HV, V});
+    in.g = kda ? dev_view(g, DType::kFloat32, {B, T, HV, K}) : dev_view(g, DType::kFloat32, {B, T, HV});
+    in.beta = dev_view(beta, bf, {B, T, HV});
+    if (kda) {
+      in.A_log = dev_view(A_log, DType::kFloat32, {HV});
+      in.dt_bias = dev_view(dtb, DType::kFloat32, {HV * K});
+    }
+  }
+  Options opt;
+  opt.use_qk_l2norm_in_kernel = true;
+  if (kda) {
+    opt.use_gate_in_kernel = true;
+    if (safe) {
+      opt.safe_gate = true;
+      opt.lower_bound = -5.f;
+    }
+  }
+  ForwardOutputs out;
+  void* o = alloc(B * T * HV * V * 2);
+  void* ht = alloc(B * HV * K * V * 4);
+  out.o = dev_view(o, bf, {B, T, HV, V});
+  out.final_state = dev_view(ht, DType::kFloat32, {B, HV, K, V});
+  std::size_t wsb = 0;
+  Status s = forward_workspace_size(fam, ins[0], opt, &wsb);
+  EXPECT_TRUE(s.ok()) << s.message;
+  void* ws = alloc(wsb);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 5; ++i) {
+    s = forward(fam, ins[i % rot], out, opt, Workspace{ws, wsb}, nullptr);
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+  cudaDeviceSynchronize();
+  std::vector<float> ts;
+  for (int i = 0; i < 40; ++i) {
+    cudaEventRecord(e0);
+    forward(fam, ins[i % rot], out, opt, Workspace{ws, wsb}, nullptr);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    ts.push_back(ms);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  std::sort(ts.begin(), ts.end());
+  std::printf("linattn %-14s %.3f ms  (min %.3f)  workspace %.0f MiB\n",
+              kda ? (safe ? "kda_safe_gate" : "kda") : "gdn", ts[ts.size() / 2], ts[0], wsb / 1048576.0);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ts[ts.size() / 2];
+}
+
+TEST(CudaBench, DISABLED_Forward) {
+  if (!linattn::cuda_available()) GTEST_SKIP() << "no GPU";
+  bench_one(Family::kKDA, 32, 32, false);
+  bench_one(Family::kKDA, 32, 32, true);
+  bench_one(Family::kGDN, 16, 32, false);
+}
+
+}  // namespace
+}  // namespace linattn::test

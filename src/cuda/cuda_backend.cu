@@ -1,11 +1,12 @@
 // The CUDA backend's entry points: KDA / GDN chunked forward (see common/chunk_fwd.hpp);
-// GLA, simple GLA and every backward are refused for now.
+// GLA and simple GLA are refused for now; the KDA/GDN backward lives in common/chunk_bwd.*.
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
 #include "common/backend.hpp"
+#include "cuda/common/chunk_bwd.hpp"
 #include "cuda/common/chunk_fwd.hpp"
 
 namespace linattn::cuda {
@@ -90,7 +91,7 @@ std::size_t forward_workspace_bytes(const Problem& p) {
   if (!supported(p).ok()) return 0;
   return WsLayout(p).total;
 }
-std::size_t backward_workspace_bytes(const Problem&) { return 0; }
+std::size_t backward_workspace_bytes(const Problem& p) { return backward_kda_gdn_workspace_bytes(p); }
 std::size_t saved_bytes(const Problem&) { return 0; }
 
 Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
@@ -219,8 +220,9 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   return Status::Ok();
 }
 
-Status backward(const Problem&, const BackwardInputs&, const BackwardOutputs&, Workspace, Stream) {
-  return Status::Unsupported("CUDA backward is not implemented yet");
+Status backward(const Problem& p, const BackwardInputs& in, const BackwardOutputs& out, Workspace ws,
+                Stream stream) {
+  return backward_kda_gdn(p, in, out, ws, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace linattn::cuda

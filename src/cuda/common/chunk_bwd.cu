@@ -1,0 +1,489 @@
+// Host side of the CUDA delta-rule backward (KDA, GDN) and its token-parallel kernels: input
+// preparation (l2norm, gate, beta), the final fixed-order reductions and the transforms'
+// backward. The token-recurrence kernels are in chunk_bwd_token.cu; design in chunk_bwd.cuh.
+#include "cuda/common/chunk_bwd.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cuda/common/chunk_bwd.cuh"
+
+namespace linattn::cuda {
+namespace bwd {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxKPerLane = 8;  // K <= 256
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFull, x, o);
+  return x;  // identical in every lane (commutative pairwise sums)
+}
+__device__ __forceinline__ float sigm(float x) {
+  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
+}
+__device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
+
+struct GateArgs {
+  int kind;  // 0 identity, 1 softplus, 2 lower bound
+  float lower_bound;
+  int has_alog, has_dtb;
+  const void* A_log;
+  int alog_dt;
+  const void* dt_bias;
+  int dtb_dt;
+};
+
+__device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
+  const float x = raw + dtb;
+  switch (ga.kind) {
+    case 1: return -expf(alog) * softplus(x);
+    case 2: return ga.lower_bound * sigm(ga.has_alog ? expf(alog) * x : x);
+    default: return raw;
+  }
+}
+// dL/draw given dL/dg; *da += dL/dA_log.
+__device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da) {
+  const float x = raw + dtb;
+  switch (ga.kind) {
+    case 1: {
+      const float ea = expf(alog);
+      *da += dg * (-ea * softplus(x));
+      return dg * (-ea * sigm(x));
+    }
+    case 2: {
+      if (!ga.has_alog) {
+        const float s = sigm(x);
+        return dg * ga.lower_bound * s * (1.f - s);
+      }
+      const float ea = expf(alog);
+      const float s = sigm(ea * x);
+      const float ds = dg * ga.lower_bound * s * (1.f - s);
+      *da += ds * ea * x;
+      return ds * ea;
+    }
+    default: return dg;
+  }
+}
+
+// ---- 1a. q̂, k̂ (float32, l2-normalised when asked): one warp per (token, q/k head)
+__global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, float* kn, int64_t rows, int K,
+                               int l2) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int64_t base = row * K;
+  float xq[kMaxKPerLane], xk[kMaxKPerLane], sq = 0.f, sk = 0.f;
+#pragma unroll
+  for (int m = 0; m < kMaxKPerLane; ++m) {
+    const int c = lane + 32 * m;
+    xq[m] = c < K ? ldf(q, dt, base + c) : 0.f;
+    xk[m] = c < K ? ldf(k, dt, base + c) : 0.f;
+    sq += xq[m] * xq[m];
+    sk += xk[m] * xk[m];
+  }
+  float rq = 1.f, rk = 1.f;
+  if (l2) {
+    rq = rsqrtf(warp_sum(sq) + 1e-6f);
+    rk = rsqrtf(warp_sum(sk) + 1e-6f);
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxKPerLane; ++m) {
+    const int c = lane + 32 * m;
+    if (c < K) {
+      qn[base + c] = xq[m] * rq;
+      kn[base + c] = xk[m] * rk;
+    }
+  }
+}
+
+// ---- 1b. e = exp(g̃) and β̃: one warp per (token, value head)
+__global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void* beta, int beta_dt, int beta_mode,
+                                 GateArgs ga, float* e, float* bt, int64_t rows, int HV, int KG) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int hv = static_cast<int>(row % HV);
+  const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+  for (int c = lane; c < KG; c += 32) {
+    float val = 1.f;
+    if (has_g) {
+      const float raw = ldf(g, g_dt, row * KG + c);
+      const float dtb = (ga.kind != 0 && ga.has_dtb) ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
+      val = expf(gate_fwd(ga, raw, dtb, alog));
+    }
+    e[row * KG + c] = val;
+  }
+  if (lane == 0) {
+    float b = ldf(beta, beta_dt, row);
+    if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * sigm(b);
+    bt[row] = b;
+  }
+}
+
+// ---- 4a. dq, dk: sum partials over splits and the G value heads, then the l2norm backward.
+// One warp per (token, q/k head).
+__global__ void finish_qk_kernel(const float* pq, const float* pk, const void* q, const void* k, void* dq, void* dk,
+                                 int dt, int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= tokens * H) return;
+  const int64_t t = row / H;
+  const int h = static_cast<int>(row % H);
+  for (int which = 0; which < 2; ++which) {
+    const float* part = which == 0 ? pq : pk;
+    const void* x = which == 0 ? q : k;
+    void* out = which == 0 ? dq : dk;
+    float acc[kMaxKPerLane], xv[kMaxKPerLane];
+    float ss = 0.f;
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) {
+      const int c = lane + 32 * m;
+      acc[m] = 0.f;
+      xv[m] = 0.f;
+      if (c < K) {
+        for (int gg = 0; gg < G; ++gg)
+          for (int s = 0; s < NS; ++s)
+            acc[m] += part[((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K + c];
+        if (l2) xv[m] = ldf(x, dt, row * K + c);
+      }
+      ss += xv[m] * xv[m];
+    }
+    if (l2) {
+      const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
+      float dot = 0.f;
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) dot += xv[m] * rstd * acc[m];
+      dot = warp_sum(dot);
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) acc[m] = rstd * (acc[m] - xv[m] * rstd * dot);
+    }
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) {
+      const int c = lane + 32 * m;
+      if (c < K) stf(out, dt, row * K + c, acc[m]);
+    }
+  }
+}
+
+// ---- 4b. dg (through the gate transform), dβ (through the sigmoid), per-token dA_log and
+// d(raw g) contributions for the column sums. One warp per (token, value head).
+struct FinishGB {
+  const float *pg, *pb;
+  const void* g;
+  int g_dt;
+  void* dg;          // optional output, g's dtype
+  float* draw;       // optional [tokens][HV][KG] (for ddt_bias)
+  float* da;         // optional [tokens][HV] (for dA_log)
+  const void* beta;
+  int beta_dt, beta_mode;
+  void* dbeta;       // optional output
+  int64_t tokens;
+  int HV, K, KG, NS;
+  int has_g;
+  GateArgs ga;
+};
+
+__global__ void finish_gb_kernel(const FinishGB p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= p.tokens * p.HV) return;
+  const int hv = static_cast<int>(row % p.HV);
+  const int K = p.K;
+  if (p.has_g) {
+    float dgv[kMaxKPerLane];
+    float dsum = 0.f;
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) {
+      const int c = lane + 32 * m;
+      dgv[m] = 0.f;
+      if (c < K)
+        for (int s = 0; s < p.NS; ++s) dgv[m] += p.pg[(static_cast<int64_t>(s) * p.tokens * p.HV + row) * K + c];
+      dsum += dgv[m];
+    }
+    const GateArgs& ga = p.ga;
+    const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+    float da = 0.f;
+    if (p.KG > 1) {
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        if (c < K) {
+          const float raw = ldf(p.g, p.g_dt, row * K + c);
+          const float dtb = ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+          const float d = gate_bwd(ga, raw, dtb, alog, dgv[m], &da);
+          if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
+          if (p.draw) p.draw[row * K + c] = d;
+        }
+      }
+      da = warp_sum(da);
+    } else {
+      dsum = warp_sum(dsum);
+      const float raw = ldf(p.g, p.g_dt, row);
+      const float dtb = ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
+      const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da);
+      if (lane == 0) {
+        if (p.dg) stf(p.dg, p.g_dt, row, d);
+        if (p.draw) p.draw[row] = d;
+      }
+    }
+    if (p.da && lane == 0) p.da[row] = da;
+  }
+  if (p.dbeta && lane == 0) {
+    float s = 0.f;
+    for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
+    float der = 1.f;
+    if (p.beta_mode != 0) {
+      const float sg = sigm(ldf(p.beta, p.beta_dt, row));
+      der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
+    }
+    stf(p.dbeta, p.beta_dt, row, s * der);
+  }
+}
+
+// ---- 4c. out[col] = sum over rows of buf[row][col], fixed order. Block: 32 columns x 8 row groups.
+__global__ void colsum_kernel(const float* buf, int64_t rows, int C, void* out, int out_dt) {
+  __shared__ float sm[8][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int col = blockIdx.x * 32 + tx;
+  float acc = 0.f;
+  if (col < C)
+    for (int64_t r = ty; r < rows; r += 8) acc += buf[r * C + col];
+  sm[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && col < C) {
+    float s = 0.f;
+    for (int y = 0; y < 8; ++y) s += sm[y][tx];
+    stf(out, out_dt, col, s);
+  }
+}
+
+int dtype_code(DType d) {
+  switch (d) {
+    case DType::kFloat16: return 0;
+    case DType::kBFloat16: return 1;
+    case DType::kFloat32: return 2;
+    default: return 3;
+  }
+}
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct Plan {
+  int NV = 0, NS = 1, tps = 1, KG = 1;
+  int64_t tokens = 0;
+  std::size_t seqs = 0, qn = 0, kn = 0, e = 0, bt = 0, h = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0,
+              total = 0;
+  explicit Plan(const detail::Problem& p) {
+    NV = static_cast<int>(p.V / kVT);
+    KG = p.vector_gate ? static_cast<int>(p.K) : 1;
+    tokens = p.B * p.T;
+    // V splits: enough CTAs to fill the GPU, at most 4 (the partial buffers scale with it)
+    const int64_t ctas = std::max<int64_t>(1, p.N * p.HV);
+    const int64_t want = std::max<int64_t>(1, (512 + ctas - 1) / ctas);
+    NS = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(NV), int64_t{4}, want}));
+    tps = (NV + NS - 1) / NS;
+    NS = (NV + tps - 1) / tps;
+    const std::size_t T = static_cast<std::size_t>(tokens);
+    const std::size_t qk = T * p.H * p.K * 4, tv = T * p.HV * p.K * 4, th = T * p.HV * 4;
+    std::size_t o = 0;
+    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
+    qn = o; o = align_up(o + qk);
+    kn = o; o = align_up(o + qk);
+    e = o; o = align_up(o + T * p.HV * KG * 4);
+    bt = o; o = align_up(o + th);
+    h = o; o = align_up(o + static_cast<std::size_t>(p.num_chunks) * p.HV * p.K * p.V * 4);
+    pq = o; o = align_up(o + NS * tv);
+    pk = o; o = align_up(o + NS * tv);
+    pg = o; o = align_up(o + NS * tv);
+    pb = o; o = align_up(o + NS * th);
+    draw = o; o = align_up(o + T * p.HV * KG * 4);
+    da = o; o = align_up(o + th);
+    total = o;
+  }
+};
+
+Status supported(const detail::Problem& p) {
+  if (p.family != Family::kKDA && p.family != Family::kGDN)
+    return Status::Unsupported("CUDA backward: KDA and GDN only");
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32)
+    return Status::Unsupported(std::string("CUDA backward takes bfloat16, float16 or float32 q/k/v, got ") +
+                               dtype_name(p.dtype));
+  auto ok = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
+  if (!ok(p.K)) return Status::Unsupported("CUDA backward supports K in {64, 128, 256}, got " + std::to_string(p.K));
+  if (!ok(p.V)) return Status::Unsupported("CUDA backward supports V in {64, 128, 256}, got " + std::to_string(p.V));
+  if (p.B * p.T >= (int64_t{1} << 31) || p.N > 65535 || p.HV > 65535)
+    return Status::Unsupported("CUDA backward: problem too large for its index types");
+  return Status::Ok();
+}
+
+Status cuda_error(const char* what, cudaError_t e) {
+  return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
+}
+
+unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
+
+}  // namespace
+}  // namespace bwd
+
+std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
+  if (!bwd::supported(p).ok()) return 0;
+  return bwd::Plan(p).total;
+}
+
+Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        Workspace ws, cudaStream_t st) {
+  using namespace bwd;
+  Status s = supported(p);
+  if (!s.ok()) return s;
+  const Plan pl(p);
+  if (ws.bytes < pl.total || (pl.total > 0 && ws.data == nullptr))
+    return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
+  int prev_dev = 0;
+  cudaError_t e = cudaGetDevice(&prev_dev);
+  if (e != cudaSuccess) return cuda_error("cudaGetDevice", e);
+  if (prev_dev != p.device.index && (e = cudaSetDevice(p.device.index)) != cudaSuccess)
+    return cuda_error("cudaSetDevice", e);
+  struct Restore {
+    int dev, prev;
+    ~Restore() {
+      if (dev != prev) cudaSetDevice(prev);
+    }
+  } restore{p.device.index, prev_dev};
+
+  unsigned char* base = static_cast<unsigned char*>(ws.data);
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = pl.tokens;
+  const ForwardInputs& f = in.fwd;
+
+  std::vector<SeqInfo> seqs(static_cast<std::size_t>(p.N));
+  for (int64_t n = 0; n < p.N; ++n)
+    seqs[n] = {static_cast<int32_t>(p.cu[n]), static_cast<int32_t>(p.seq_len(n)),
+               static_cast<int32_t>(p.chunk_offsets[n]), 0};
+  if (!seqs.empty()) {
+    // pageable source: the copy is staged before the call returns
+    e = cudaMemcpyAsync(base + pl.seqs, seqs.data(), seqs.size() * sizeof(SeqInfo), cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (sequence map)", e);
+  }
+
+  GateArgs ga{};
+  switch (p.gate_tf.kind) {
+    case detail::GateTransform::Kind::kIdentity: ga.kind = 0; break;
+    case detail::GateTransform::Kind::kSoftplus: ga.kind = 1; break;
+    case detail::GateTransform::Kind::kLowerBound: ga.kind = 2; break;
+  }
+  ga.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
+  ga.has_alog = p.has_A_log ? 1 : 0;
+  ga.has_dtb = p.has_dt_bias ? 1 : 0;
+  ga.A_log = p.has_A_log ? f.A_log.data : nullptr;
+  ga.alog_dt = p.has_A_log ? dtype_code(f.A_log.dtype) : 2;
+  ga.dt_bias = p.has_dt_bias ? f.dt_bias.data : nullptr;
+  ga.dtb_dt = p.has_dt_bias ? dtype_code(f.dt_bias.dtype) : 2;
+  const int beta_mode = p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0;
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+
+  float* qn = reinterpret_cast<float*>(base + pl.qn);
+  float* kn = reinterpret_cast<float*>(base + pl.kn);
+  float* ev = reinterpret_cast<float*>(base + pl.e);
+  float* bt = reinterpret_cast<float*>(base + pl.bt);
+
+  if (tokens > 0) {
+    prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
+                                                              static_cast<int>(p.K), l2);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
+    prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
+        p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
+        dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
+  }
+
+  TokenParams tp{};
+  tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+  tp.qn = qn;
+  tp.kn = kn;
+  tp.e = ev;
+  tp.bt = bt;
+  tp.v = f.v.data;
+  tp.d_o = in.d_o.data;
+  tp.v_dt = dt;
+  tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+  tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+  tp.dht = in.dht.present() ? in.dht.data : nullptr;
+  tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+  tp.h = reinterpret_cast<float*>(base + pl.h);
+  tp.dv = out.dv.data;
+  tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+  tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+  tp.pq = reinterpret_cast<float*>(base + pl.pq);
+  tp.pk = reinterpret_cast<float*>(base + pl.pk);
+  tp.pg = reinterpret_cast<float*>(base + pl.pg);
+  tp.pb = reinterpret_cast<float*>(base + pl.pb);
+  tp.tokens = tokens;
+  tp.N = static_cast<int>(p.N);
+  tp.H = static_cast<int>(p.H);
+  tp.HV = static_cast<int>(p.HV);
+  tp.G = static_cast<int>(p.G);
+  tp.K = static_cast<int>(p.K);
+  tp.V = static_cast<int>(p.V);
+  tp.KG = pl.KG;
+  tp.NS = pl.NS;
+  tp.tiles_per_split = pl.tps;
+  tp.v_first = p.opt.state_v_first ? 1 : 0;
+  tp.scale = static_cast<float>(p.scale);
+
+  if (p.N > 0) {
+    if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
+    if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
+  }
+
+  if (tokens > 0) {
+    finish_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(tp.pq, tp.pk, f.q.data, f.k.data, out.dq.data,
+                                                                out.dk.data, dt, tokens, tp.H, tp.G, tp.HV, tp.K,
+                                                                pl.NS, l2);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_qk launch", e);
+  }
+
+  const bool want_dtb = out.ddt_bias.present() && p.has_g;
+  const bool want_da = out.dA_log.present() && p.has_g;
+  FinishGB fg{};
+  fg.pg = tp.pg;
+  fg.pb = tp.pb;
+  fg.g = p.has_g ? f.g.data : nullptr;
+  fg.g_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
+  fg.dg = out.dg.present() ? out.dg.data : nullptr;
+  fg.draw = want_dtb ? reinterpret_cast<float*>(base + pl.draw) : nullptr;
+  fg.da = want_da ? reinterpret_cast<float*>(base + pl.da) : nullptr;
+  fg.beta = f.beta.data;
+  fg.beta_dt = dtype_code(f.beta.dtype);
+  fg.beta_mode = beta_mode;
+  fg.dbeta = out.dbeta.present() ? out.dbeta.data : nullptr;
+  fg.tokens = tokens;
+  fg.HV = tp.HV;
+  fg.K = tp.K;
+  fg.KG = pl.KG;
+  fg.NS = pl.NS;
+  fg.has_g = p.has_g ? 1 : 0;
+  fg.ga = ga;
+  if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta)) {
+    finish_gb_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(fg);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
+  }
+  if (out.ddt_bias.present()) {
+    const int C = static_cast<int>(p.HV * pl.KG);
+    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.draw, want_dtb ? tokens : 0, C, out.ddt_bias.data,
+                                                  dtype_code(out.ddt_bias.dtype));
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
+  }
+  if (out.dA_log.present()) {
+    const int C = static_cast<int>(p.HV);
+    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.da, want_da ? tokens : 0, C, out.dA_log.data,
+                                                  dtype_code(out.dA_log.dtype));
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
+  }
+  return Status::Ok();
+}
+
+}  // namespace linattn::cuda

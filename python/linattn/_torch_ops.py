@@ -1,0 +1,350 @@
+"""PyTorch custom operators (``torch.ops.linattn.*``) around the C++ core, with autograd.
+
+Two operators carry every family: ``linattn::chunk_fwd`` and ``linattn::chunk_bwd``. Both
+allocate their outputs with ``torch.empty`` on the inputs' device, call the C++ core on
+the current CUDA stream (CPU tensors run on the CPU backend) and have fake (meta)
+implementations, so ``torch.compile(fullgraph=True)`` traces through them without a graph
+break. Autograd is attached to ``chunk_fwd`` with ``torch.library.register_autograd``.
+
+Absent outputs are returned as empty tensors (custom operators cannot return None); the
+public functions turn them back into None.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _C
+from .ops import CHUNK_SIZE, make_options
+
+__all__ = ["chunk_fwd", "chunk_bwd", "run_forward"]
+
+
+def _stream(t: Tensor) -> int:
+    if t.device.type == "cuda":
+        return torch.cuda.current_stream(t.device).cuda_stream
+    return 0
+
+
+class _device_guard:
+    """Make the tensors' CUDA device current (DLPack export requires it)."""
+
+    def __init__(self, t: Tensor):
+        self.ctx = torch.cuda.device(t.device) if t.device.type == "cuda" else None
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _c(t: Optional[Tensor]) -> Optional[Tensor]:
+    """Contiguous and detached (DLPack refuses tensors that require grad)."""
+    return None if t is None else t.detach().contiguous()
+
+
+def _state_dtype(q: Tensor) -> torch.dtype:
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def _state_shape(q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor], v_first: bool):
+    B, _, _, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    return (N, HV, V, K) if v_first else (N, HV, K, V)
+
+
+def _h_shape(q: Tensor, v: Tensor, nt_per_batch, v_first: bool, varlen: bool):
+    B = 1 if varlen else q.shape[0]
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    return (B, nt_per_batch, HV, V, K) if v_first else (B, nt_per_batch, HV, K, V)
+
+
+def _host_cu(q: Tensor, cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor]):
+    """The host copy of cu_seqlens handed to C++ (None: not needed or not available)."""
+    if cu_seqlens is None:
+        return None
+    if cu_seqlens_cpu is not None:
+        return cu_seqlens_cpu
+    if q.device.type == "cpu":
+        return None  # the C++ core reads cu_seqlens itself
+    return cu_seqlens.cpu()
+
+
+def _options(scale, l2, gate, bsig, neg, safe, lb, v_first):
+    return make_options(scale=scale, use_qk_l2norm_in_kernel=l2, use_gate_in_kernel=gate,
+                        use_beta_sigmoid_in_kernel=bsig, allow_neg_eigval=neg, safe_gate=safe,
+                        lower_bound=lb, state_v_first=v_first)
+
+
+# --------------------------------------------------------------------------- forward op
+@torch.library.custom_op("linattn::chunk_fwd", mutates_args=())
+def chunk_fwd(
+    family: int,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Optional[Tensor],
+    g_gamma: Optional[Tensor],
+    beta: Optional[Tensor],
+    A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor],
+    cu_seqlens_cpu: Optional[Tensor],
+    scale: float,
+    use_qk_l2norm_in_kernel: bool,
+    use_gate_in_kernel: bool,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
+    safe_gate: bool,
+    lower_bound: Optional[float],
+    state_v_first: bool,
+    output_final_state: bool,
+    return_intermediate_states: bool,
+    disable_recompute: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (o, final_state, h, saved); absent ones are empty tensors."""
+    inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
+               A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
+               cu_seqlens=_c(cu_seqlens),
+               cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
+    opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval, safe_gate, lower_bound, state_v_first)
+    q = inp["q"]
+    sdt = _state_dtype(q)
+    with _device_guard(q):
+        o = torch.empty_like(inp["v"])
+        fs = (q.new_empty(_state_shape(q, v, cu_seqlens, state_v_first), dtype=sdt)
+              if output_final_state else q.new_empty(0, dtype=sdt))
+        if return_intermediate_states:
+            nt = _C.num_chunks(q, inp["k"], inp["v"], inp["cu_seqlens"], inp["cu_seqlens_host"])
+            varlen = cu_seqlens is not None
+            per = nt if varlen else nt // q.shape[0]
+            h = q.new_empty(_h_shape(q, v, per, state_v_first, varlen), dtype=sdt)
+        else:
+            h = q.new_empty(0, dtype=sdt)
+        nsaved = _C.saved_bytes(family, **inp, options=opt) if disable_recompute else 0
+        saved = q.new_empty(nsaved, dtype=torch.uint8)
+        nws = _C.forward_workspace_size(family, **inp, options=opt)
+        ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
+        _C.forward(family, **inp, o=o, final_state=fs if output_final_state else None,
+                   h=h if return_intermediate_states else None,
+                   saved=saved if nsaved > 0 else None, options=opt, workspace=ws,
+                   stream=_stream(q))
+    return o, fs, h, saved
+
+
+def _spec(t: Optional[Tensor]):
+    if t is None:
+        return None
+    return (str(t.dtype).replace("torch.", ""), [int(s) for s in t.shape])
+
+
+def _is_static(*ts) -> bool:
+    return all(not isinstance(s, torch.SymInt) for t in ts if t is not None for s in t.shape)
+
+
+@chunk_fwd.register_fake
+def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                    cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                    use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
+                    state_v_first, output_final_state, return_intermediate_states,
+                    disable_recompute):
+    sdt = _state_dtype(q)
+    o = torch.empty_like(v, memory_format=torch.contiguous_format)
+    fs = (q.new_empty(_state_shape(q, v, cu_seqlens, state_v_first), dtype=sdt)
+          if output_final_state else q.new_empty(0, dtype=sdt))
+    varlen = cu_seqlens is not None
+    if return_intermediate_states:
+        if varlen:
+            per = torch.library.get_ctx().new_dynamic_size()
+        else:
+            per = (q.shape[1] + CHUNK_SIZE - 1) // CHUNK_SIZE
+        h = q.new_empty(_h_shape(q, v, per, state_v_first, varlen), dtype=sdt)
+    else:
+        h = q.new_empty(0, dtype=sdt)
+    if not disable_recompute:
+        nsaved = 0
+    elif varlen or not _is_static(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state):
+        # The size depends on the sequence boundaries (or on symbolic shapes).
+        nsaved = torch.library.get_ctx().new_dynamic_size()
+    else:
+        opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                       use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
+                       state_v_first)
+        dev = q.device
+        nsaved = _C.saved_bytes_from_shapes(
+            family, 2 if dev.type == "cuda" else 1, dev.index or 0, _spec(q), _spec(k), _spec(v),
+            _spec(g), _spec(g_gamma), _spec(beta), _spec(A_log), _spec(dt_bias),
+            _spec(initial_state), opt)
+    saved = q.new_empty(nsaved, dtype=torch.uint8)
+    return o, fs, h, saved
+
+
+# --------------------------------------------------------------------------- backward op
+@torch.library.custom_op("linattn::chunk_bwd", mutates_args=())
+def chunk_bwd(
+    family: int,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Optional[Tensor],
+    g_gamma: Optional[Tensor],
+    beta: Optional[Tensor],
+    A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor],
+    cu_seqlens_cpu: Optional[Tensor],
+    do: Tensor,
+    dht: Optional[Tensor],
+    saved: Optional[Tensor],
+    scale: float,
+    use_qk_l2norm_in_kernel: bool,
+    use_gate_in_kernel: bool,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
+    safe_gate: bool,
+    lower_bound: Optional[float],
+    state_v_first: bool,
+) -> List[Tensor]:
+    """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty."""
+    inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
+               A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
+               cu_seqlens=_c(cu_seqlens),
+               cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
+    opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval, safe_gate, lower_bound, state_v_first)
+    q = inp["q"]
+    if saved is not None and saved.numel() == 0:
+        saved = None
+    with _device_guard(q):
+        grads = {"dq": torch.empty_like(q), "dk": torch.empty_like(inp["k"]),
+                 "dv": torch.empty_like(inp["v"])}
+        for src, dst in (("g", "dg"), ("g_gamma", "dg_gamma"), ("beta", "dbeta"),
+                         ("A_log", "dA_log"), ("dt_bias", "ddt_bias"), ("initial_state", "dh0")):
+            grads[dst] = None if inp[src] is None else torch.empty_like(inp[src])
+        nws = _C.backward_workspace_size(family, **inp, options=opt)
+        ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
+        _C.backward(family, **inp, d_o=_c(do), dht=_c(dht), saved=_c(saved), **grads,
+                    options=opt, workspace=ws, stream=_stream(q))
+    return [x if x is not None else q.new_empty(0) for x in grads.values()]
+
+
+@chunk_bwd.register_fake
+def _chunk_bwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                    cu_seqlens_cpu, do, dht, saved, *flags):
+    out = []
+    for t in (q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state):
+        out.append(q.new_empty(0) if t is None
+                   else torch.empty_like(t, memory_format=torch.contiguous_format))
+    return out
+
+
+# --------------------------------------------------------------------------- autograd
+def _setup_context(ctx, inputs, output):
+    (family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+     cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first, output_final_state,
+     _return_h, disable_recompute) = inputs
+    # Without disable_recompute the buffer is empty; its size may be symbolic under
+    # torch.compile, so decide by the flag rather than by the size.
+    saved = output[3] if disable_recompute else None
+    ctx.save_for_backward(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                          cu_seqlens_cpu, saved)
+    ctx.family = family
+    ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first)
+    ctx.output_final_state = output_final_state
+
+
+def _backward(ctx, do, dfinal, _dh, _dsaved):
+    (q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+     saved) = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(v)
+    dht = dfinal if (ctx.output_final_state and dfinal is not None) else None
+    dq, dk, dv, dg, dgg, db, dA, ddt, dh0 = torch.ops.linattn.chunk_bwd(
+        ctx.family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+        cu_seqlens_cpu, do.contiguous(), None if dht is None else dht.contiguous(), saved,
+        *ctx.flags)
+    grads = [dq, dk, dv]
+    for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
+                       (initial_state, dh0)):
+        grads.append(d if present is not None else None)
+    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 11 non-tensor options
+    return (None, *grads, None, None) + (None,) * 11
+
+
+torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------- helper
+def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
+                dt_bias=None, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
+                scale=None, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+                use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
+                lower_bound=None, state_v_first=False, output_final_state=False,
+                return_intermediate_states=False, disable_recompute=False, fn_name="linattn"):
+    """Checks common to every public function, then the custom operator.
+
+    Returns ``(o, final_state or None, h or None)``.
+    """
+    if not isinstance(q, Tensor) or not isinstance(k, Tensor) or not isinstance(v, Tensor):
+        raise TypeError(f"{fn_name}: q, k and v must be torch.Tensors "
+                        "(use linattn.ops for NumPy arrays)")
+    dev = q.device
+    named = dict(k=k, v=v, g=g, g_gamma=g_gamma, beta=beta, A_log=A_log, dt_bias=dt_bias,
+                 initial_state=initial_state, cu_seqlens=cu_seqlens)
+    for name, t in named.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{fn_name}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
+        if t.device != dev:
+            raise ValueError(f"{fn_name}: {name} is on {t.device} but q is on {dev}; "
+                             "move all tensors to one device (linattn never moves data itself)")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{fn_name}: tensors on {dev} are not supported (CPU or CUDA only)")
+    if cu_seqlens_cpu is not None:
+        if cu_seqlens is None:
+            raise ValueError(f"{fn_name}: cu_seqlens_cpu is given without cu_seqlens")
+        if not isinstance(cu_seqlens_cpu, Tensor):
+            raise TypeError(f"{fn_name}: cu_seqlens_cpu must be a torch.Tensor")
+        if cu_seqlens_cpu.device.type != "cpu":
+            raise ValueError(f"{fn_name}: cu_seqlens_cpu must be a CPU tensor, got {cu_seqlens_cpu.device}")
+        if cu_seqlens_cpu.dtype != cu_seqlens.dtype:
+            cu_seqlens_cpu = cu_seqlens_cpu.to(cu_seqlens.dtype)
+    if cu_seqlens is not None:
+        if cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{fn_name}: cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
+        if q.shape[0] != 1:
+            raise ValueError(f"{fn_name}: with cu_seqlens the batch size must be 1 (sequences packed "
+                             f"along T), got q of shape {tuple(q.shape)}")
+        if dev.type == "cuda" and cu_seqlens_cpu is None:
+            cu_seqlens_cpu = cu_seqlens.cpu()
+    if return_intermediate_states and disable_recompute:
+        raise ValueError(f"{fn_name}: return_intermediate_states is for inference and cannot be "
+                         "combined with disable_recompute=True")
+    if q.dim() != 4:
+        raise ValueError(f"{fn_name}: q must be 4-D [B, T, H, K], got shape {tuple(q.shape)}")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+
+    o, fs, h, _ = torch.ops.linattn.chunk_fwd(
+        family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
+        _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
+        float(scale), bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
+        bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(safe_gate),
+        None if lower_bound is None else float(lower_bound), bool(state_v_first),
+        bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute))
+    return o, (fs if output_final_state else None), (h if return_intermediate_states else None)
+
+
+def _cc(t):
+    return None if t is None else t.contiguous()

@@ -1,0 +1,191 @@
+"""Gated delta rule (GDN): a delta-rule recurrence with a scalar decay per token and head.
+
+Per sequence and value head, with state ``S`` of shape ``[K, V]``::
+
+    S' = exp(g_t) S_{t-1}
+    S_t = S' + beta_t k_t (v_t - S'^T k_t)^T
+    o_t = scale * S_t^T q_t
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ._args import check_chunk_size, refuse, refuse_head_first, state_layout, take_kwargs
+from ._torch_ops import run_forward
+from .ops import FAMILIES
+
+__all__ = ["chunk_gated_delta_rule", "chunk_gdn", "fused_recurrent_gated_delta_rule",
+           "fused_recurrent_gdn"]
+
+_GDN = FAMILIES["gdn"]
+_KDA = FAMILIES["kda"]
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    chunk_indices: Optional[torch.Tensor] = None,
+    cp_context=None,
+    *,
+    use_gate_in_kernel: bool = False,
+    A_log: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    chunk_size: int = 64,
+    disable_recompute: bool = False,
+    return_intermediate_states: bool = False,
+    **kwargs,
+):
+    r"""Chunked gated delta rule, forward and backward (a drop-in for
+    ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``; also exported as ``chunk_gdn``).
+
+    Args:
+        q, k: ``[B, T, H, K]``.
+        v: ``[B, T, HV, V]``, ``HV`` a multiple of ``H`` (grouped value heads); q, k and v
+            share one dtype.
+        g: scalar log-space decay per token and value head, ``[B, T, HV]`` (raw
+            pre-activation with ``use_gate_in_kernel``).
+        beta: ``[B, T, HV]`` step sizes (logits with ``use_beta_sigmoid_in_kernel``).
+        scale: query scale, ``None`` for ``K ** -0.5``.
+        initial_state: float32 ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``);
+            ``N = B``, or the number of sequences with ``cu_seqlens``. Differentiable.
+        output_final_state: also return the last state of each sequence.
+        use_qk_l2norm_in_kernel: L2-normalise q and k per token and head.
+        use_beta_sigmoid_in_kernel: ``beta = sigmoid(beta)``; ``allow_neg_eigval`` doubles it.
+        state_v_first: states use the ``[.., V, K]`` layout.
+        cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
+        cu_seqlens_cpu: optional host copy of ``cu_seqlens`` (avoids a device sync).
+        chunk_indices, cp_context: not supported; must be None.
+        use_gate_in_kernel: ``g = -exp(A_log) * softplus(g + dt_bias)`` inside the kernel,
+            with ``A_log: [HV]`` and optional ``dt_bias: [HV]``; gradients are returned for the
+            raw ``g``, ``A_log`` and ``dt_bias``.
+        chunk_size: only 64.
+        disable_recompute: keep forward intermediates for a faster backward.
+        return_intermediate_states: also return the float32 chunk-boundary states ``h``
+            ``[B, ceil(T / 64), HV, K, V]`` (inference only; no gradient).
+
+    Returns:
+        ``(o, final_state)`` with ``o: [B, T, HV, V]`` in v's dtype and ``final_state`` (or
+        None); ``h`` third when ``return_intermediate_states``.
+
+    Example::
+
+        >>> import torch, torch.nn.functional as F
+        >>> from linattn import chunk_gated_delta_rule
+        >>> B, T, H, K, V = 2, 200, 4, 64, 64
+        >>> q = torch.randn(B, T, H, K, requires_grad=True)
+        >>> k = F.normalize(torch.randn(B, T, H, K), dim=-1).requires_grad_()
+        >>> v = torch.randn(B, T, H, V, requires_grad=True)
+        >>> g = F.logsigmoid(torch.randn(B, T, H)).requires_grad_()
+        >>> beta = torch.rand(B, T, H).requires_grad_()
+        >>> o, _ = chunk_gated_delta_rule(q, k, v, g, beta)
+        >>> o.square().sum().backward()
+    """
+    name = "chunk_gated_delta_rule"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    refuse_head_first(name, kwargs)
+    take_kwargs(name, kwargs, {})
+    refuse(name, "chunk_indices", chunk_indices)
+    refuse(name, "cp_context", cp_context)
+    check_chunk_size(name, chunk_size)
+    o, fs, h = run_forward(
+        _GDN, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+        cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        state_v_first=state_v_first, output_final_state=output_final_state,
+        return_intermediate_states=return_intermediate_states,
+        disable_recompute=disable_recompute, fn_name=name)
+    if return_intermediate_states:
+        return o, fs, h
+    return o, fs
+
+
+chunk_gdn = chunk_gated_delta_rule
+
+
+def fused_recurrent_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    gk: Optional[torch.Tensor] = None,
+    gv: Optional[torch.Tensor] = None,
+    beta: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    A_log: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    *,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""Gated delta rule with FLA's ``fused_recurrent_gated_delta_rule`` interface.
+
+    Runs the chunked kernels (same results as :func:`chunk_gated_delta_rule`) and supports
+    autograd. Gates, as in FLA:
+
+    * ``g: [B, T, HV]`` scalar decay (raw with ``use_gate_in_kernel``, needing ``A_log``);
+    * ``gk: [B, T, HV, K]`` per-key decay instead of ``g`` (this is KDA);
+    * neither: no decay; ``gv`` (per-value decay) and ``g`` together with ``gk`` are not
+      supported (``NotImplementedError``).
+
+    ``beta: [B, T, HV]`` defaults to ones. Other arguments as in
+    :func:`chunk_gated_delta_rule`; ``cu_seqlens_cpu`` is an optional host copy of
+    ``cu_seqlens``.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    name = "fused_recurrent_gated_delta_rule"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    take_kwargs(name, kwargs, {})
+    if gv is not None:
+        raise NotImplementedError(f"{name}: the per-value gate gv is not supported by linattn")
+    if g is not None and gk is not None:
+        raise NotImplementedError(f"{name}: g and gk together are not supported by linattn; pass one")
+    if beta is None:
+        beta = torch.ones(v.shape[:3], dtype=q.dtype, device=q.device)
+    family = _GDN
+    if gk is not None:
+        if use_gate_in_kernel:
+            raise ValueError(f"{name}: use_gate_in_kernel applies to the raw scalar gate g, "
+                             "which was not given (gk is used as given)")
+        family, g = _KDA, gk
+    elif g is None:
+        if use_gate_in_kernel:
+            raise ValueError(f"{name}: use_gate_in_kernel needs the raw gate g")
+        g = torch.zeros(v.shape[:3], dtype=torch.float64 if q.dtype == torch.float64
+                        else torch.float32, device=q.device)
+    o, fs, _ = run_forward(
+        family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias,
+        initial_state=initial_state, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
+        scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
+    return o, fs
+
+
+fused_recurrent_gdn = fused_recurrent_gated_delta_rule

@@ -1,0 +1,80 @@
+"""Gated linear attention (GLA): a linear recurrence with a per-channel decay.
+
+Per sequence and value head, with state ``S`` of shape ``[K, V]``::
+
+    S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T
+    o_t = scale * S_t^T q_t
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ._torch_ops import run_forward
+from .ops import FAMILIES
+
+__all__ = ["chunk_gla"]
+
+_GLA = FAMILIES["gla"]
+
+
+def chunk_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    *,
+    disable_recompute: bool = False,
+    return_intermediate_states: bool = False,
+):
+    r"""Chunked GLA, forward and backward (a drop-in for ``fla.ops.gla.chunk_gla``).
+
+    Args:
+        q, k: ``[B, T, H, K]``.
+        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``; FLA requires ``HV == H``), same
+            dtype as q and k.
+        g: log-space decay per channel, ``[B, T, HV, K]``.
+        scale: query scale, ``None`` for ``K ** -0.5``.
+        initial_state: float32 ``[N, HV, K, V]`` starting state (``[N, HV, V, K]`` with
+            ``state_v_first``). Differentiable.
+        output_final_state: also return the last state of each sequence.
+        state_v_first: states use the ``[.., V, K]`` layout.
+        cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
+        cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
+        disable_recompute: (linattn extra) keep forward intermediates for the backward.
+        return_intermediate_states: (linattn extra) also return the float32 states ``h``
+            before each 64-token chunk (no gradient).
+
+    Returns:
+        ``(o, final_state)``: ``o: [B, T, HV, V]``; ``final_state`` or None. ``h`` follows
+        when ``return_intermediate_states``.
+
+    Example::
+
+        >>> import torch, torch.nn.functional as F
+        >>> from linattn import chunk_gla
+        >>> B, T, H, K, V = 2, 128, 2, 64, 64
+        >>> q = torch.randn(B, T, H, K, requires_grad=True)
+        >>> k = torch.randn(B, T, H, K, requires_grad=True)
+        >>> v = torch.randn(B, T, H, V, requires_grad=True)
+        >>> g = F.logsigmoid(torch.randn(B, T, H, K)).div(16).requires_grad_()
+        >>> o, ht = chunk_gla(q, k, v, g, output_final_state=True)
+        >>> o.sum().backward()
+    """
+    name = "chunk_gla"
+    o, fs, h = run_forward(
+        _GLA, q, k, v, g=g, initial_state=initial_state, cu_seqlens=cu_seqlens,
+        cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
+        output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
+        disable_recompute=disable_recompute, fn_name=name)
+    if return_intermediate_states:
+        return o, fs, h
+    return o, fs

@@ -1,0 +1,117 @@
+"""Simple GLA: a linear recurrence with a scalar decay per token and head.
+
+Per sequence and value head, with state ``S`` of shape ``[K, V]``::
+
+    S_t = exp(g_t + g_gamma) S_{t-1} + k_t v_t^T
+    o_t = scale * S_t^T q_t
+
+where ``g_t`` is a per-token gate and ``g_gamma`` a constant per-head log decay; either or
+both may be given (neither: no decay).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ._args import check_chunk_size, refuse_head_first, take_kwargs
+from ._torch_ops import run_forward
+from .ops import FAMILIES
+
+__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla"]
+
+_SGLA = FAMILIES["simple_gla"]
+
+
+def chunk_simple_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    g_gamma: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    *,
+    chunk_size: Optional[int] = None,
+    disable_recompute: bool = False,
+    return_intermediate_states: bool = False,
+    **kwargs,
+):
+    r"""Chunked simple GLA, forward and backward (a drop-in for
+    ``fla.ops.simple_gla.chunk_simple_gla``).
+
+    Args:
+        q, k: ``[B, T, H, K]``.
+        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``), same dtype as q and k.
+        g: optional per-token log decay ``[B, T, HV]``.
+        g_gamma: optional constant log decay per head ``[HV]``; receives a gradient too.
+        scale: query scale, ``None`` for ``K ** -0.5``.
+        initial_state: float32 ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``).
+        output_final_state: also return the last state of each sequence.
+        state_v_first: states use the ``[.., V, K]`` layout.
+        cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
+        cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
+        chunk_size: None or 64 (the only chunk size linattn runs).
+        disable_recompute: (linattn extra) keep forward intermediates for the backward.
+        return_intermediate_states: (linattn extra) also return the float32 chunk-boundary
+            states ``h`` (no gradient).
+
+    Returns:
+        ``(o, final_state)``: ``o: [B, T, HV, V]`` in v's dtype; ``final_state`` or None.
+        ``h`` follows when ``return_intermediate_states``.
+
+    Example::
+
+        >>> import torch
+        >>> from linattn import chunk_simple_gla
+        >>> B, T, H, D = 1, 256, 4, 64
+        >>> q, k, v = (torch.randn(B, T, H, D, requires_grad=True) for _ in range(3))
+        >>> g_gamma = -torch.rand(H) / 8
+        >>> o, _ = chunk_simple_gla(q, k, v, g_gamma=g_gamma)
+        >>> o.sum().backward()
+    """
+    name = "chunk_simple_gla"
+    refuse_head_first(name, kwargs)
+    take_kwargs(name, kwargs, {})
+    check_chunk_size(name, chunk_size)
+    o, fs, h = run_forward(
+        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
+        cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
+        output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
+        disable_recompute=disable_recompute, fn_name=name)
+    if return_intermediate_states:
+        return o, fs, h
+    return o, fs
+
+
+def fused_chunk_simple_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    g_gamma: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    *,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+):
+    r"""Simple GLA with FLA's ``fused_chunk_simple_gla`` interface.
+
+    Same computation as :func:`chunk_simple_gla` (same kernels), with autograd. Arguments
+    as there; ``cu_seqlens_cpu`` is an optional host copy of ``cu_seqlens``.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    o, fs, _ = run_forward(
+        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
+        cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, output_final_state=output_final_state,
+        fn_name="fused_chunk_simple_gla")
+    return o, fs

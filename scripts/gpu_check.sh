@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine: build with CUDA, run the GPU test suite, compute-sanitizer (memcheck and
+# racecheck) on the small cases, build the Python package with CUDA and run its tests (against
+# FLA too when third_party_ref/fla is carried). Logs go to $OUT (or ./gpu-logs).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-logs}
+mkdir -p "$out"
+t0=$SECONDS
+status=0
+step() { echo "== $1 ($((SECONDS - t0)) s)"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+step "build"
+bash scripts/gpu_setup.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+step "GPU tests"
+./build-gpu/linattn_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
+grep -q "FAILED" "$out/cuda_tests.log" && status=1
+step "memcheck (small cases)"
+compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
+  >"$out/memcheck.log" 2>&1; rc=$?; tail -3 "$out/memcheck.log"; [ $rc -eq 0 ] || status=1
+step "racecheck (small cases)"
+compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
+  >"$out/racecheck.log" 2>&1; rc=$?; tail -3 "$out/racecheck.log"; [ $rc -eq 0 ] || status=1
+step "python package"
+python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
+  -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
+  >"$out/pip.log" 2>&1 || { tail -30 "$out/pip.log"; status=1; }
+step "python tests"
+PYTHONPATH="$root/third_party_ref" python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" | tail -15
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+step "done: status $status"
+exit $status

@@ -19,10 +19,10 @@ step "GPU tests"
 ./build-gpu/linattn_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/cuda_tests.log" && status=1
 step "memcheck (small cases)"
-compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
+timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
   >"$out/memcheck.log" 2>&1; rc=$?; tail -3 "$out/memcheck.log"; [ $rc -eq 0 ] || status=1
 step "racecheck (small cases)"
-compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
+timeout 180 compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
   >"$out/racecheck.log" 2>&1; rc=$?; tail -3 "$out/racecheck.log"; [ $rc -eq 0 ] || status=1
 step "python package"
 python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \

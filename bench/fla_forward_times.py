@@ -1,6 +1,7 @@
 """FLA forward timings at the reference shape, plus the device's copy bandwidth and bf16 matmul
 rate (for the floor). Run on the GPU machine: PYTHONPATH=third_party_ref python3 bench/fla_forward_times.py
 Settings match tests/cuda/test_cuda_bench.cpp (DISABLED_Forward)."""
+import math
 import statistics
 
 import torch
@@ -57,21 +58,32 @@ def main():
             sets.append((q, k, v, g, beta))
         return sets
 
-    A_log = torch.rand(H, dtype=torch.float32, device=dev) * 2.7
-    dt_bias = torch.randn(H * K, dtype=torch.float32, device=dev)
+    # steep: A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); realistic: the FLA / Kimi Linear layer init
+    # (A ~ U(1, 16), dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)). Same as test_cuda_bench.cpp.
+    A_steep = torch.rand(H, dtype=torch.float32, device=dev) * 2.7
+    dtb_steep = torch.randn(H * K, dtype=torch.float32, device=dev)
+    A_real = torch.log(torch.empty(H, dtype=torch.float32, device=dev).uniform_(1, 16))
+    dt = torch.exp(torch.rand(H * K, dtype=torch.float32, device=dev) * (math.log(0.1) - math.log(1e-3))
+                   + math.log(1e-3))
+    dtb_real = dt + torch.log(-torch.expm1(-dt))
+    A_log, dt_bias = A_real, dtb_real
     sets = kda_sets(H)
 
     def kda(q, k, v, g, beta):
         return chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
                          use_qk_l2norm_in_kernel=True, output_final_state=True)
 
+    def kda_steep(q, k, v, g, beta):
+        return chunk_kda(q, k, v, g, beta, A_log=A_steep, dt_bias=dtb_steep, use_gate_in_kernel=True,
+                         use_qk_l2norm_in_kernel=True, output_final_state=True)
+
     def kda_safe(q, k, v, g, beta):
-        return chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
+        return chunk_kda(q, k, v, g, beta, A_log=A_steep, dt_bias=dtb_steep, use_gate_in_kernel=True,
                          use_qk_l2norm_in_kernel=True, safe_gate=True, lower_bound=-5.0,
                          output_final_state=True)
 
     res = {}
-    for name, fn in (("kda", kda), ("kda_safe_gate", kda_safe)):
+    for name, fn in (("kda", kda), ("kda_steep", kda_steep), ("kda_safe_gate", kda_safe)):
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()

@@ -23,9 +23,13 @@ struct PrepSmem {
     gam = o; o += kC * ldg * 4;
     ks = o; o += kC * ldk * esize;
     qs = o; o += q_in_smem ? kC * ldk * esize : 0;
+    // 16-bit types: tinv doubles as the B staging buffer of the decayed K Kᵀ / Q Kᵀ products
+    // ([64][ldk]), mbuf as their A staging buffer ([32][ldk]), akk as the β V staging of U.
+    const bool st = esize == 2;
+    const int tsz = kC * kLdA * 4, msz = 16 * kLdA * 4;
     akk = o; o += kC * kLdA * 4;
-    tinv = o; o += kC * kLdA * 4;
-    mbuf = o; o += 16 * kLdA * 4;
+    tinv = o; o += (st && kC * ldk * esize > tsz) ? kC * ldk * esize : tsz;
+    mbuf = o; o += (st && 32 * ldk * esize > msz) ? 32 * ldk * esize : msz;
     beta = o; o += kC * 4;
     rk = o; o += kC * 4;
     rq = o; o += kC * 4;
@@ -65,7 +69,9 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   const T* vg = static_cast<const T*>(p.v);
   const int64_t blk = static_cast<int64_t>(c) * HV + hv;
 
-  // ---- 1a. gates: transform, into gam (vector gate) or gs (scalar gate); all threads, coalesced
+  // ---- 1a. gates: transform + chunk-local cumsum. Vector gate: thread = (key channel d, segment
+  // of K/4 consecutive tokens); the segment is scanned in registers and the segment offsets are
+  // added in 1c. Scalar gate: 64 threads, warp-shuffle scans.
   const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
   const float ea = expf(alog);
   auto gate_tf = [&](float raw, float dtb) -> float {
@@ -74,15 +80,27 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     return raw;
   };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
+  const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})
+  const int nseg = kPrepThreads >> lk;        // 4, 2, 1 token segments
+  const int seglen = kC / nseg;               // 16, 32, 64 (a multiple of 16)
+  const int gd = tid & (K - 1), gseg = tid >> lk;
   if constexpr (VEC) {
-    for (int e = tid; e < kC * K; e += kPrepThreads) {
-      const int i = e / K, d = e - i * K;
-      float x = 0.f;
-      if (i < Lc) {
-        const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * K + d) : 0.f;
-        x = gate_tf(load_any(p.g, p.g_dt, (static_cast<int64_t>(t0 + i) * HV + hv) * K + d), dtb);
+    const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * K + gd) : 0.f;
+    float run = 0.f;
+    const int i0 = gseg * seglen;
+    for (int i8 = 0; i8 < seglen; i8 += 8) {
+      float raw[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int i = i0 + i8 + m;
+        raw[m] = i < Lc ? load_any(p.g, p.g_dt, (static_cast<int64_t>(t0 + i) * HV + hv) * K + gd) : 0.f;
       }
-      gam[i * ldg + d] = x;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int i = i0 + i8 + m;
+        run += i < Lc ? gate_tf(raw[m], dtb) : 0.f;
+        gam[i * ldg + gd] = run;
+      }
     }
   } else {
     if (tid < kC) {
@@ -91,7 +109,12 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
         const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, hv) : 0.f;
         x = gate_tf(load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv), dtb);
       }
-      Mb[tid] = x;  // scratch until the inverse needs it
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+      }
+      Mb[tid] = x;  // per-warp inclusive scans; warp 1 adds Mb[31] in 1c
     }
   }
   // ---- 2a. k (and q) rows, raw, 16-byte vector copies; beta
@@ -119,14 +142,24 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     }
   }
   __syncthreads();
-  // ---- 1b. chunk-local cumsum along tokens (one thread per key channel); exp(γ_C)
-  for (int d = tid; d < K; d += kPrepThreads) {
-    float run = 0.f;
-    for (int i = 0; i < kC; ++i) {
-      run += VEC ? gam[i * ldg + d] : Mb[i];
-      gam[i * ldg + d] = run;
+  // ---- 1b. segment offsets (read before 1c writes); diagonal-block spreads.
+  // Diagonal 16x16 blocks go to the tensor cores when the block's decay spread
+  // max_d (γ_16b - γ_16b+15) keeps exp(spread) |k| inside the operand type's range (always with
+  // safe_gate, L >= -5: spread <= 75); otherwise ("wide" blocks) they take exact per-element exps.
+  // A 16-row block never straddles a segment, so the spread is read off the local scans.
+  float goff = 0.f;
+  if constexpr (VEC) {
+    for (int s2 = 0; s2 < gseg; ++s2) goff += gam[((s2 + 1) * seglen - 1) * ldg + gd];
+    if (warp < 4) {
+      const float thr = std::is_same_v<T, __half> ? 4.f : 80.f;
+      float spread = 0.f;
+      for (int d = lane; d < K; d += 32) spread = fmaxf(spread, gam[(16 * warp) * ldg + d] - gam[(16 * warp + 15) * ldg + d]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) spread = fmaxf(spread, __shfl_xor_sync(0xffffffffu, spread, o));
+      if (lane == 0) wide[warp] = !(spread <= thr);
     }
-    p.gexp[blk * K + d] = expf(run);
+  } else {
+    if (tid < 4) wide[tid] = 0;
   }
   // ---- 2b. l2 norms (warp per row)
   for (int i = warp; i < kC; i += kPrepThreads / 32) {
@@ -149,19 +182,20 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
       rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
     }
   }
-  __syncthreads();  // Mb (scalar gates) read before it is reused
-  // zero the inverse (its upper blocks stay zero)
-  for (int e = tid; e < kC * kLdA; e += kPrepThreads) Ti[e] = 0.f;
-  // Diagonal 16x16 blocks go to the tensor cores when the block's decay spread
-  // max_d (γ_16b - γ_16b+15) keeps exp(spread) |k| inside the operand type's range (always with
-  // safe_gate, L >= -5: spread <= 75); otherwise ("wide" blocks) they take exact per-element exps.
-  if (warp < 4) {
-    const float thr = std::is_same_v<T, __half> ? 4.f : 80.f;
-    float spread = 0.f;
-    for (int d = lane; d < K; d += 32) spread = fmaxf(spread, gam[(16 * warp) * ldg + d] - gam[(16 * warp + 15) * ldg + d]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) spread = fmaxf(spread, __shfl_xor_sync(0xffffffffu, spread, o));
-    if (lane == 0) wide[warp] = VEC ? !(spread <= thr) : 0;
+  __syncthreads();
+  // ---- 1c. finish the cumsum; exp(γ_C)
+  if constexpr (VEC) {
+    if (gseg > 0) {
+      for (int i = gseg * seglen; i < (gseg + 1) * seglen; ++i) gam[i * ldg + gd] += goff;
+    }
+    if (gseg == nseg - 1) p.gexp[blk * K + gd] = expf(gam[(kC - 1) * ldg + gd]);
+  } else {
+    const float tail = Mb[31];
+    for (int e = tid; e < kC * K; e += kPrepThreads) {
+      const int i = e >> lk, d = e & (K - 1);
+      gam[i * ldg + d] = Mb[i] + (i >= 32 ? tail : 0.f);
+    }
+    if (tid < K) p.gexp[blk * K + tid] = expf(Mb[kC - 1] + tail);
   }
   __syncthreads();
 
@@ -176,6 +210,97 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   // column blocks 0..I. Row block I uses the reference token r = 16 I: row factor exp(γ_i - γ_r) <= 1
   // (i >= r); column factor exp(γ_r - γ_j) <= 1 for j < r (no overflow for any g <= 0) and
   // <= exp(spread) on the diagonal block (checked above).
+  if constexpr (kIs16<T>) {
+    // 16-bit: per row block, the decayed operands are computed once (one exp per element) into
+    // shared memory and the products read them with ldmatrix. Scalar gate: plain k̂ / q̂ operands,
+    // the decay exp(γ_i - γ_j) (<= 1) applied to the products.
+    T* Ast = reinterpret_cast<T*>(smem + L.mbuf);  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
+    T* Bst = reinterpret_cast<T*>(smem + L.tinv);  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
+    const int lq = lk - 2;                         // log2 (K / 4)
+    for (int I = 0; I < 4; ++I) {
+      const int r = 16 * I, nb = r + 16;
+      const float* gr = gam + r * ldg;
+      const int total = (nb + 32) << lq;
+      for (int e = tid; e < total; e += kPrepThreads) {
+        const int row = e >> lq, d = (e & ((1 << lq) - 1)) << 2;
+        float x[4], f[4];
+        T* dst;
+        if (row < nb) {  // B rows
+          const int j = row;
+          load4(ks + j * ldk + d, x);
+          const float s = rk[j];
+          if constexpr (VEC) {
+            const float4 a = *reinterpret_cast<const float4*>(gr + d);
+            const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
+            f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
+            f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
+          } else {
+            f[0] = f[1] = f[2] = f[3] = s;
+          }
+          dst = Bst + j * ldk + d;
+        } else {  // A rows: k (row - nb < 16) or q
+          const int ii = row - nb, i = r + (ii & 15);
+          float s;
+          if (ii < 16) {
+            load4(ks + i * ldk + d, x);
+            s = rk[i];
+          } else {
+            if (i < qrows) load4(qsrc + static_cast<int64_t>(i) * ldq + d, x);
+            else x[0] = x[1] = x[2] = x[3] = 0.f;
+            s = rq[i];
+          }
+          if constexpr (VEC) {
+            const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
+            const float4 b = *reinterpret_cast<const float4*>(gr + d);
+            f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
+            f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
+          } else {
+            f[0] = f[1] = f[2] = f[3] = s;
+          }
+          dst = Ast + ii * ldk + d;
+        }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) x[m] *= f[m];
+        store4(dst, x);
+      }
+      __syncthreads();
+      for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {
+        const int mat = job & 1, cb = job >> 1;
+        if (cb == I && wide[I]) continue;
+        float acc[2][4];
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
+        const T* Ap = Ast + mat * 16 * ldk;
+#pragma unroll 2
+        for (int k0 = 0; k0 < K; k0 += 16) {
+          uint32_t a[4], b[2][2];
+          ldsm_a(a, Ap, ldk, 0, k0);
+          ldsm_b_n(b, Bst, ldk, k0, 16 * cb);
+          mma16<T>(acc[0], a, b[0]);
+          mma16<T>(acc[1], a, b[1]);
+        }
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = r + g + (e >= 2 ? 8 : 0), j = 16 * cb + 8 * ni + 2 * t + (e & 1);
+            float v = acc[ni][e];
+            if constexpr (!VEC) {
+              if (j <= i) v *= __expf(gam[i * ldg] - gam[j * ldg]);
+            }
+            if (mat == 0) {
+              if (j < i) Akk[i * kLdA + j] = bet[i] * v;
+            } else if (j <= i) {
+              Aout[i * kC + j] = from_f<T>(p.scale * v);
+            }
+          }
+      }
+      __syncthreads();  // staging buffers reused by the next row block
+    }
+  } else {
   for (int job = warp; job < 40; job += kPrepThreads / 32) {
     const int I = job < 4 ? 0 : (job < 12 ? 1 : (job < 24 ? 2 : 3));
     const int rem = job - (I == 0 ? 0 : (I == 1 ? 4 : (I == 2 ? 12 : 24)));
@@ -224,6 +349,7 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
       }
     }
   }
+  }
   // ---- 3b. "wide" diagonal blocks: exact per-element decay exp(γ_i - γ_j), j <= i
   for (int e = tid; e < 4 * 136; e += kPrepThreads) {
     const int b = e / 136, x = e - b * 136;
@@ -252,10 +378,13 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   }
   __syncthreads();
 
-  // ---- 4. T = (I + Akk)^-1, unit lower triangular: diagonal blocks by forward substitution,
-  // then block rows I = 1..3: T_IJ = -T_II * sum_{J <= K' < I} A_IK' T_K'J.
+  // ---- 4. T = (I + Akk)^-1, unit lower triangular: diagonal blocks by forward substitution
+  // (warps 0-1, which also write the zeros above the diagonal; the blocks above the diagonal
+  // blocks are never read), then block rows I = 1..3: T_IJ = -T_II * sum_{J <= K' < I} A_IK' T_K'J.
+  // Warps 2-7 write Qg and Kgᵀ meanwhile.
   if (tid < 64) {
     const int b = tid >> 4, cc = tid & 15, base = 16 * b, col = base + cc;
+    for (int ii = 0; ii < cc; ++ii) Ti[(base + ii) * kLdA + col] = 0.f;
     Ti[(base + cc) * kLdA + col] = 1.f;
     for (int ii = cc + 1; ii < 16; ++ii) {
       const int i = base + ii;
@@ -263,8 +392,51 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
       for (int jj = cc; jj < ii; ++jj) s += Akk[i * kLdA + base + jj] * Ti[(base + jj) * kLdA + col];
       Ti[i * kLdA + col] = -s;
     }
+  } else {
+    const int tq = tid - 64, nq = kPrepThreads - 64;
+    // Qg = scale q exp(γ) [64][K]
+    {
+      T* out = static_cast<T*>(p.Qg) + blk * kC * K;
+      const int lh = lk - 1;  // log2 (K / 2)
+      for (int e = tq; e < (kC << lh); e += nq) {
+        const int i = e >> lh, d = 2 * (e & ((1 << lh) - 1));
+        const float sc = p.scale * rq[i];
+        const float e0 = __expf(gam[i * ldg + (VEC ? d : 0)]), e1 = VEC ? __expf(gam[i * ldg + d + 1]) : e0;
+        store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
+      }
+    }
+    // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
+    {
+      T* out = static_cast<T*>(p.KgT) + blk * K * kC;
+      const float* gC = gam + (kC - 1) * ldg;
+      for (int e = tq; e < K * (kC / 2); e += nq) {
+        const int d = e >> 5, i = 2 * (e & 31);
+        store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC[d] - gam[i * ldg + d]),
+                  rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC[d] - gam[(i + 1) * ldg + d]));
+      }
+    }
   }
   __syncthreads();
+  // 16-bit: the B operand of W, β k̂ exp(γ), replaces k in shared memory (k is no longer read)
+  if constexpr (kIs16<T>) {
+    const int lq = lk - 2;
+    for (int e = tid; e < (kC << lq); e += kPrepThreads) {
+      const int j = e >> lq, d = (e & ((1 << lq) - 1)) << 2;
+      float x[4];
+      load4(ks + j * ldk + d, x);
+      const float s = bet[j] * rk[j];
+      if constexpr (VEC) {
+        const float4 a = *reinterpret_cast<const float4*>(gam + j * ldg + d);
+        x[0] *= s * __expf(a.x); x[1] *= s * __expf(a.y);
+        x[2] *= s * __expf(a.z); x[3] *= s * __expf(a.w);
+      } else {
+        const float f = s * __expf(gam[j * ldg]);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) x[m] *= f;
+      }
+      store4(ks + j * ldk + d, x);
+    }
+  }
   for (int I = 1; I < 4; ++I) {
     const int r = 16 * I;
     for (int e = tid; e < 16 * r; e += kPrepThreads) {
@@ -285,9 +457,105 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     __syncthreads();
   }
 
-  // ---- 5. outputs
-  // W = T (β exp(γ) k), U = T (β v): warp = (row tile mt, column half)
-  {
+  // ---- 5. W = T (β exp(γ) k), U = T (β v): warp = (row tile mt, column half)
+  const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
+  if constexpr (kIs16<T>) {
+    // β v staged in the (now free) Akk area when it fits (V <= 128)
+    T* Vst = reinterpret_cast<T*>(smem + L.akk);
+    const int ldv = V + pad_elems<T>();
+    const bool vstage = kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
+    if (vstage) {
+      constexpr int per = 8;
+      const int pieces = V / per;
+      for (int e = tid; e < kC * pieces; e += kPrepThreads) {
+        const int j = e / pieces, d = (e - j * pieces) * per;
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (j < Lc) {
+          u = *reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(j) * HV * V + d);
+          T* x = reinterpret_cast<T*>(&u);
+          const float b = bet[j];
+#pragma unroll
+          for (int m = 0; m < per; ++m) x[m] = from_f<T>(b * to_f(x[m]));
+        }
+        *reinterpret_cast<uint4*>(Vst + j * ldv + d) = u;
+      }
+      __syncthreads();
+    }
+    const int mt = warp & 3, half = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int kend = 16 * (mt + 1);  // T is lower triangular
+    auto afrag = [&](uint32_t (&a)[4], int k0) {
+      const float* r0 = Ti + (16 * mt + g) * kLdA + k0 + 2 * t;
+      const float2 x0 = *reinterpret_cast<const float2*>(r0);
+      const float2 x1 = *reinterpret_cast<const float2*>(r0 + 8 * kLdA);
+      const float2 x2 = *reinterpret_cast<const float2*>(r0 + 8);
+      const float2 x3 = *reinterpret_cast<const float2*>(r0 + 8 * kLdA + 8);
+      a[0] = pack2<T>(x0.x, x0.y);
+      a[1] = pack2<T>(x1.x, x1.y);
+      a[2] = pack2<T>(x2.x, x2.y);
+      a[3] = pack2<T>(x3.x, x3.y);
+    };
+    auto out_tile = [&](T* dst, int ld, int n0, float (&acc)[4][4]) {
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = n0 + 8 * ni + 2 * t;
+        store2<T>(dst + (16 * mt + g) * ld + col, acc[ni][0], acc[ni][1]);
+        store2<T>(dst + (16 * mt + g + 8) * ld + col, acc[ni][2], acc[ni][3]);
+      }
+    };
+    T* Wout = static_cast<T*>(p.W) + blk * kC * K;
+    for (int n0 = half * (K / 2); n0 < (half + 1) * (K / 2); n0 += 32) {
+      float acc[4][4];
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
+      for (int k0 = 0; k0 < kend; k0 += 16) {
+        uint32_t a[4], b0[2][2], b1[2][2];
+        afrag(a, k0);
+        ldsm_b_k(b0, ks, ldk, k0, n0);
+        ldsm_b_k(b1, ks, ldk, k0, n0 + 16);
+        mma16<T>(acc[0], a, b0[0]);
+        mma16<T>(acc[1], a, b0[1]);
+        mma16<T>(acc[2], a, b1[0]);
+        mma16<T>(acc[3], a, b1[1]);
+      }
+      out_tile(Wout, K, n0, acc);
+    }
+    T* Uout = static_cast<T*>(p.U) + blk * kC * V;
+    for (int n0 = half * (V / 2); n0 < (half + 1) * (V / 2); n0 += 32) {
+      float acc[4][4];
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
+      if (vstage) {
+        for (int k0 = 0; k0 < kend; k0 += 16) {
+          uint32_t a[4], b0[2][2], b1[2][2];
+          afrag(a, k0);
+          ldsm_b_k(b0, Vst, ldv, k0, n0);
+          ldsm_b_k(b1, Vst, ldv, k0, n0 + 16);
+          mma16<T>(acc[0], a, b0[0]);
+          mma16<T>(acc[1], a, b0[1]);
+          mma16<T>(acc[2], a, b1[0]);
+          mma16<T>(acc[3], a, b1[1]);
+        }
+      } else {
+        auto tfun = [&](int i, int j) -> float { return Ti[i * kLdA + j]; };
+        auto bu = [&](int j, int vv) -> float {
+          return j < Lc ? bet[j] * to_f(vbase[static_cast<int64_t>(j) * HV * V + vv]) : 0.f;
+        };
+        float acc3[1][4][4];
+        zero_acc(acc3);
+        warp_mma<T, 1, 4>(acc3, fn_op<T>(tfun), fn_opk<T>(bu), 16 * mt, n0, 0, kend);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[ni][e] = acc3[0][ni][e];
+      }
+      out_tile(Uout, V, n0, acc);
+    }
+  } else {
     const int mt = warp & 3, half = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
     auto tfun = [&](int i, int j) -> float { return Ti[i * kLdA + j]; };
@@ -308,7 +576,6 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
       }
     }
     T* Uout = static_cast<T*>(p.U) + blk * kC * V;
-    const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
     for (int n0 = half * (V / 2); n0 < (half + 1) * (V / 2); n0 += 32) {
       auto bu = [&](int j, int vv) -> float {
         return j < Lc ? bet[j] * to_f(vbase[static_cast<int64_t>(j) * HV * V + vv]) : 0.f;
@@ -322,27 +589,6 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
         store2<T>(Uout + (16 * mt + g) * V + col, acc[0][ni][0], acc[0][ni][1]);
         store2<T>(Uout + (16 * mt + g + 8) * V + col, acc[0][ni][2], acc[0][ni][3]);
       }
-    }
-  }
-  // Qg = scale q exp(γ) [64][K]
-  {
-    T* out = static_cast<T*>(p.Qg) + blk * kC * K;
-    const int hk = K / 2;
-    for (int e = tid; e < kC * hk; e += kPrepThreads) {
-      const int i = e / hk, d = 2 * (e - i * hk);
-      const float sc = p.scale * rq[i];
-      const float e0 = __expf(gam[i * ldg + (VEC ? d : 0)]), e1 = VEC ? __expf(gam[i * ldg + d + 1]) : e0;
-      store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
-    }
-  }
-  // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
-  {
-    T* out = static_cast<T*>(p.KgT) + blk * K * kC;
-    const float* gC = gam + (kC - 1) * ldg;
-    for (int e = tid; e < K * (kC / 2); e += kPrepThreads) {
-      const int d = e >> 5, i = 2 * (e & 31);
-      store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC[d] - gam[i * ldg + d]),
-                rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC[d] - gam[(i + 1) * ldg + d]));
     }
   }
 }

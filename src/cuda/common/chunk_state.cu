@@ -62,6 +62,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   const int stages = p.stages;
+  // 16-bit operands staged in shared memory: fragments by ldmatrix
+  const bool smem_ops = kIs16<T> && stages > 0;
 
   unsigned char* fixed = smem + (stages > 0 ? stages * Lay::stage : 0);
   T* Ss = reinterpret_cast<T*>(fixed);                                  // S^T [VT][K]
@@ -179,7 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
     {
       float acc[1][NT][4];
       zero_acc(acc);
-      warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
+      if (smem_ops) warp_mma_sm<T, 1, NT>(acc, Wop.p, Wop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
+      else warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -194,8 +197,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
     {
       float acc[1][NT][4];
       zero_acc(acc);
-      warp_mma<T, 1, NT>(acc, Qop, Sop, tm0, tn0, 0, K);
-      warp_mma<T, 1, NT>(acc, Aop, Vop, tm0, tn0, 0, tm0 + 16);
+      if (smem_ops) {
+        warp_mma_sm<T, 1, NT>(acc, Qop.p, Qop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
+        warp_mma_sm<T, 1, NT>(acc, Aop.p, Aop.ld, Vs, Lay::ldv, tm0, tn0, 0, tm0 + 16);
+      } else {
+        warp_mma<T, 1, NT>(acc, Qop, Sop, tm0, tn0, 0, K);
+        warp_mma<T, 1, NT>(acc, Aop, Vop, tm0, tn0, 0, tm0 + 16);
+      }
       T* og = static_cast<T*>(p.o);
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
@@ -218,7 +226,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
         S[mi][ni][2] *= d1; S[mi][ni][3] *= d1;
       }
     }
-    warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
+    if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
+    else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
     __syncthreads();
     write_ss();
   }

@@ -188,6 +188,84 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, 
   }
 }
 
+// ---- ldmatrix fragment loads (16-bit operands in shared memory, rows 16-byte aligned)
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// A fragment (m16n8k16) of the 16x16 tile at (m0, k0) of a row-major matrix p[m * ld + k].
+template <class T>
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const T* p, int ld, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  ldsm_x4(a, p + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+}
+// B fragments of the two 8-column tiles n0..n0+15 over k0..k0+15, B stored n-major
+// (B(k, n) at p[n * ld + k]).
+template <class T>
+__device__ __forceinline__ void ldsm_b_n(uint32_t (&b)[2][2], const T* p, int ld, int k0, int n0) {
+  const int l = threadIdx.x & 31;
+  uint32_t r[4];
+  ldsm_x4(r, p + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+  b[0][0] = r[0]; b[0][1] = r[1]; b[1][0] = r[2]; b[1][1] = r[3];
+}
+// Same, B stored k-major (B(k, n) at p[k * ld + n]).
+template <class T>
+__device__ __forceinline__ void ldsm_b_k(uint32_t (&b)[2][2], const T* p, int ld, int k0, int n0) {
+  const int l = threadIdx.x & 31;
+  uint32_t r[4];
+  ldsm_x4_t(r, p + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+  b[0][0] = r[0]; b[0][1] = r[1]; b[1][0] = r[2]; b[1][1] = r[3];
+}
+
+// acc += A[m0 : m0+16*MI, k_begin : k_end] * B[k_begin : k_end, n0 : n0+8*NI] for 16-bit
+// operands in shared memory: A row-major (pa[m * lda + k]), B n-major (pb[n * ldb + k]); NI even.
+template <class T, int MI, int NI>
+__device__ __forceinline__ void warp_mma_sm(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb,
+                                            int ldb, int m0, int n0, int k_begin, int k_end) {
+  static_assert(NI % 2 == 0, "NI must be even");
+#pragma unroll 2
+  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+    uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) ldsm_a(a[mi], pa, lda, m0 + 16 * mi, k0);
+#pragma unroll
+    for (int nj = 0; nj < NI / 2; ++nj) {
+      uint32_t bb[2][2];
+      ldsm_b_n(bb, pb, ldb, k0, n0 + 16 * nj);
+      b[2 * nj][0] = bb[0][0]; b[2 * nj][1] = bb[0][1];
+      b[2 * nj + 1][0] = bb[1][0]; b[2 * nj + 1][1] = bb[1][1];
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) mma16<T>(acc[mi][ni], a[mi], b[ni]);
+  }
+}
+
+// 4 consecutive 16-bit elements <-> floats (8-byte aligned).
+template <class T>
+__device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) x[m] = to_f(e[m]);
+}
+template <class T>
+__device__ __forceinline__ void store4(T* p, const float (&x)[4]) {
+  uint2 u;
+  u.x = pack2<T>(x[0], x[1]);
+  u.y = pack2<T>(x[2], x[3]);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
 template <int MI, int NI>
 __device__ __forceinline__ void zero_acc(float (&acc)[MI][NI][4]) {
 #pragma unroll

@@ -287,6 +287,8 @@ class Runner:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--report", default=None,
+                   help="where BENCHMARKS.md goes (default <out>/BENCHMARKS.md; the committed one is the repo root)")
     p.add_argument("--quick", action="store_true", help="fewer variants and shapes (fits ~5 min)")
     p.add_argument("--cpu-only", action="store_true", help="only the CPU-backend section")
     p.add_argument("--skip-cpu", action="store_true", help="no CPU-backend section")
@@ -433,7 +435,11 @@ def main(argv=None) -> int:
         elif os.path.exists(os.path.join(args.out, "plots.json")):
             with open(os.path.join(args.out, "plots.json")) as f:
                 doc["plots"] = json.load(f)
-        report.write_markdown(doc, os.path.join(args.out, "BENCHMARKS.md"))
+        report_path = args.report or os.path.join(args.out, "BENCHMARKS.md")
+        rel = os.path.relpath(os.path.abspath(args.out), os.path.dirname(os.path.abspath(report_path)))
+        if rel != "." and doc.get("plots"):
+            doc = dict(doc, plots=[dict(p, file=os.path.join(rel, p["file"])) for p in doc["plots"]])
+        report.write_markdown(doc, report_path)
 
     def budget_left():
         return args.time_budget - elapsed()
@@ -506,7 +512,7 @@ def main(argv=None) -> int:
     if not args.skip_cpu and not args.smoke:
         state["rows"].extend(cpu_section(args, runner_factory, ours, budget_left))
     flush(plots=True)
-    log(f"wrote {os.path.join(args.out, 'BENCHMARKS.md')} and results.json")
+    log(f"wrote {args.report or os.path.join(args.out, 'BENCHMARKS.md')} and {args.out}/results.json")
     return 0
 
 

@@ -1,4 +1,4 @@
-// CPU backend (chunked forward, token-recurrence backward) against the float64 reference, for
+// CPU backend (chunked forward, chunked WY backward) against the float64 reference, for
 // every family x option x dtype x direction; plus structural equivalences (varlen, GVA,
 // disable_recompute, determinism) and edge shapes.
 #include <gtest/gtest.h>

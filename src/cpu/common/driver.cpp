@@ -3,11 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
 #include "common/dtype.hpp"
 #include "common/transforms.hpp"
+#include "cpu/common/chunk.hpp"
+#include "cpu/common/chunk_bwd.hpp"
 #include "cpu/common/inputs.hpp"
 #include "cpu/common/sequence.hpp"
 #include "cpu/common/simd.hpp"
@@ -18,6 +21,8 @@ namespace linattn::cpu {
 using detail::Problem;
 
 namespace {
+
+std::atomic<bool> g_wy_backward{true};
 
 bool use_f64(const Problem& p) { return p.dtype == DType::kFloat64; }
 
@@ -97,6 +102,80 @@ void gate_grad(const FamilyTraits& tr, const Problem& p, const BackwardOutputs& 
   }
 }
 
+// The chunk start state of chunk c: the forward's saved buffer when given (copied into hstore
+// when misaligned), else the recomputed hstore.
+template <class T>
+const T* chunk_start_state(const Problem& p, const BackwardInputs& in, int64_t n, int64_t hv,
+                           int64_t c, T* hstore) {
+  const int64_t KV = p.K * p.V;
+  if (!in.saved.present()) return hstore + c * KV;
+  const char* src = static_cast<const char*>(in.saved.data) +
+                    saved_offset(p, p.chunk_offsets[n] + c, hv, sizeof(T));
+  if (reinterpret_cast<std::uintptr_t>(src) % alignof(T) == 0) return reinterpret_cast<const T*>(src);
+  std::memcpy(hstore + c * KV, src, static_cast<std::size_t>(KV) * sizeof(T));
+  return hstore + c * KV;
+}
+
+// Value head hv of task (n, h) by the chunked WY backward. On the CPU the two passes run fused
+// chunk by chunk (last to first): pass 2 of chunk c needs only what pass 1 has just produced
+// for it (its dS after the chunk and dV_new), so no per-chunk buffer of them is needed.
+template <class T>
+void backward_head_wy(const FamilyTraits& tr, const Problem& p, const BackwardInputs& in,
+                      const BackwardOutputs& out, int64_t n, int64_t hv, const BwdScratch<T>& s,
+                      T* part) {
+  const ForwardInputs& fin = in.fwd;
+  const int64_t K = p.K, V = p.V;
+  const int64_t len = p.seq_len(n);
+  const int64_t nc = (len + kC - 1) / kC;
+  const T scale = static_cast<T>(p.scale);
+  const HeadParams<T> hp = load_head_params<T>(p, fin, hv);
+  const ChunkIn<T>& ci = s.f.in;
+  const FwdScratch<T>& f = s.f;
+  if (!in.saved.present()) sequence_forward(tr, p, fin, nullptr, false, n, hv, s.f, s.hstore);
+  T* dSn = s.dS;   // dL/dS after the chunk
+  T* dSp = s.dS2;  // dL/dS before it
+  load_state(p, in.dht, n, hv, dSn);
+  for (int64_t c = nc - 1; c >= 0; --c) {
+    const int64_t t0 = c * kC;
+    const int64_t L = std::min(kC, len - t0);
+    const T* S0 = chunk_start_state(p, in, n, hv, c, s.hstore);
+    // The chunk's forward intermediates, by the same blocks as the forward.
+    load_chunk(p, fin, hp, n, hv, t0, L, /*with_raw=*/true, ci);
+    gate_cumsum(ci.g, f.gam, L, K);
+    decay_products(ci.q, ci.k, f.gam, L, K, tr.vector_gate, f.Aqk, f.Akk);
+    const T* vnew = ci.v;
+    if (tr.delta) {
+      wy_solve(f.Akk, ci.beta, ci.k, f.gam, ci.v, L, K, V, f.W, f.U, f.rowC);
+      copy(f.U, s.vnew, L * V);
+      delta_vnew(f.W, S0, L, K, V, s.vnew);
+      vnew = s.vnew;
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      detail::load_row(in.d_o.data, in.d_o.dtype, p.v_offset(p.cu[n] + t0 + i, hv), V, s.dO + i * V);
+    }
+    const ChunkFwd<T> cf{ci.q, ci.k, ci.v, ci.beta, f.gam, f.Aqk, f.Akk, f.W, f.U, vnew,
+                         L,    K,    V,    tr.delta};
+    chunk_bwd_pass1(cf, S0, s.dO, dSn, scale, s.dvnew, dSp, s.wy);
+    T* dv = s.f.o;  // [C][V], free in the backward
+    chunk_bwd_pass2(cf, S0, s.dO, dSn, s.dvnew, scale, s.dqL, s.dkL, dv, s.dbL, s.dgL, s.wy);
+    std::swap(dSn, dSp);
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t ts = t0 + i;
+      const int64_t tok = p.cu[n] + ts;
+      axpy(T(1), s.dqL + i * K, s.dq + ts * K, K);
+      axpy(T(1), s.dkL + i * K, s.dk + ts * K, K);
+      detail::store_row(out.dv.data, out.dv.dtype, p.v_offset(tok, hv), V, dv + i * V);
+      if (tr.delta && out.dbeta.present()) {
+        const T db = s.dbL[i] * p.beta_tf.derivative(ci.beta_raw[i]);
+        detail::store_from_double(out.dbeta.data, out.dbeta.dtype, p.beta_offset(tok, hv),
+                                  static_cast<double>(db));
+      }
+      gate_grad(tr, p, out, hp, ci.graw + i * p.gate_width(), s.dgL + i * K, tok, hv, part);
+    }
+  }
+  if (out.dh0.present()) store_state(p, out.dh0, n * p.HV + hv, dSn);
+}
+
 // Backward of task (sequence n, q/k head h): its G value heads one after the other, dq and dk
 // summed over them in the thread's scratch.
 template <class T>
@@ -116,6 +195,10 @@ void backward_task(const FamilyTraits& tr, const Problem& p, const BackwardInput
     const HeadParams<T> hp = load_head_params<T>(p, fin, hv);
     T* part = partials + (n * p.HV + hv) * partial_stride(p);
     fill(part, T(0), partial_stride(p));
+    if (g_wy_backward.load(std::memory_order_relaxed)) {
+      backward_head_wy(tr, p, in, out, n, hv, s, part);
+      continue;
+    }
     if (!in.saved.present()) sequence_forward(tr, p, fin, nullptr, false, n, hv, s.f, s.hstore);
     load_state(p, in.dht, n, hv, s.dS);
     for (int64_t c = nc - 1; c >= 0; --c) {
@@ -245,6 +328,9 @@ Status check_traits(const FamilyTraits& tr, const Problem& p) {
 }
 
 }  // namespace
+
+void set_wy_backward(bool on) { g_wy_backward.store(on); }
+bool wy_backward() { return g_wy_backward.load(); }
 
 std::size_t forward_workspace(const Problem& p) {
   const std::size_t per = use_f64(p) ? scratch_bytes<FwdScratch<double>>(p) : scratch_bytes<FwdScratch<float>>(p);

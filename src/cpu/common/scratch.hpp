@@ -83,6 +83,46 @@ inline void layout(Arena& a, const detail::Problem& p, FwdScratch<T>* s, bool wi
   s->rowC = a.take<T>(kC);
 }
 
+// Scratch of the chunked (WY) backward of one chunk (chunk_bwd.hpp).
+template <class T>
+struct ChunkBwdWork {
+  T* St = nullptr;     // [V][K] S^T (products with S^T as row combinations)
+  T* dSnT = nullptr;   // [V][K] dSn^T
+  T* tKt = nullptr;    // [K][C] a transposed [C][K] operand
+  T* dAqk = nullptr;   // [C][C]
+  T* dAkk = nullptr;   // [C][C]
+  T* dX = nullptr;     // [C][K] dW, then M^-T dW
+  T* dY = nullptr;     // [C][V] dU, then M^-T dU
+  T* dkp = nullptr;    // [C][K] dk, "plus" side (k with exp(+gam))
+  T* dkm = nullptr;    // [C][K] dk, "minus" side (k with exp(-gam))
+  T* dgam = nullptr;   // [C][K]
+  T* rowK = nullptr;   // [K]
+  T* rowK2 = nullptr;  // [K]
+  T* rowK3 = nullptr;  // [K]
+  T* dglast = nullptr; // [K] the chunk-end gate gradient term
+  T* colC = nullptr;   // [C]
+};
+
+template <class T>
+inline void layout(Arena& a, const detail::Problem& p, ChunkBwdWork<T>* w) {
+  const int64_t K = p.K, V = p.V;
+  w->St = a.take<T>(V * K);
+  w->dSnT = a.take<T>(V * K);
+  w->tKt = a.take<T>(K * kC);
+  w->dAqk = a.take<T>(kC * kC);
+  w->dAkk = a.take<T>(kC * kC);
+  w->dX = a.take<T>(kC * K);
+  w->dY = a.take<T>(kC * V);
+  w->dkp = a.take<T>(kC * K);
+  w->dkm = a.take<T>(kC * K);
+  w->dgam = a.take<T>(kC * K);
+  w->rowK = a.take<T>(K);
+  w->rowK2 = a.take<T>(K);
+  w->rowK3 = a.take<T>(K);
+  w->dglast = a.take<T>(K);
+  w->colC = a.take<T>(kC);
+}
+
 // Backward scratch of one thread (one (sequence, q/k head) task at a time).
 template <class T>
 struct BwdScratch {
@@ -100,6 +140,15 @@ struct BwdScratch {
   T* du = nullptr;      // [V]
   T* dg = nullptr;      // [K]
   T* tmpK = nullptr;    // [2][K]
+  // chunked (WY) backward
+  ChunkBwdWork<T> wy;
+  T* vnew = nullptr;    // [C][V] V_new of the chunk (U stays in f.U)
+  T* dvnew = nullptr;   // [C][V]
+  T* dS2 = nullptr;     // [K][V] the state gradient before the chunk
+  T* dqL = nullptr;     // [C][K] this value head's dq of the chunk
+  T* dkL = nullptr;     // [C][K]
+  T* dgL = nullptr;     // [C][K]
+  T* dbL = nullptr;     // [C]
 };
 
 inline int64_t max_seq_len(const detail::Problem& p) {
@@ -134,6 +183,14 @@ inline void layout(Arena& a, const detail::Problem& p, BwdScratch<T>* s) {
   s->du = a.take<T>(V);
   s->dg = a.take<T>(K);
   s->tmpK = a.take<T>(2 * K);
+  layout(a, p, &s->wy);
+  s->vnew = a.take<T>(kC * V);
+  s->dvnew = a.take<T>(kC * V);
+  s->dS2 = a.take<T>(KV);
+  s->dqL = a.take<T>(kC * K);
+  s->dkL = a.take<T>(kC * K);
+  s->dgL = a.take<T>(kC * K);
+  s->dbL = a.take<T>(kC);
 }
 
 template <class S>

@@ -381,7 +381,11 @@ TEST_P(CpuFamily, CpuEdgeShapesMatchReference) {
 // Results do not depend on the thread count; optional gradients that are absent are not needed
 // for the others (same dq, dk, dv without them).
 TEST_P(CpuFamily, CpuThreadCountAndOptionalOutputsDoNotChangeResults) {
-  const Config c = make_config(GetParam(), Variant::kAll, DType::kFloat32);
+  Config c = make_config(GetParam(), Variant::kAll, DType::kFloat32);
+  // Large enough (tokens x HV x K x V above the driver's 2^21 threshold) that the call really
+  // runs on several threads.
+  c.K = c.V = 64;
+  ASSERT_GE((c.cu.empty() ? c.B * c.T : c.cu.back()) * c.HV() * c.K * c.V, int64_t(1) << 21);
   const Data d = make_data(c);
   const BwdResult full = run_backward(c, d, false);
   const int saved_threads = omp_get_max_threads();

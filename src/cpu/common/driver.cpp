@@ -44,14 +44,21 @@ std::size_t partial_bytes(const Problem& p) {
   return static_cast<std::size_t>(p.N * p.HV * partial_stride(p)) * sizeof(T) + 64;
 }
 
-int max_threads(int64_t tasks) {
+// Below about this many state-element updates (tokens x HV x K x V) a call finishes in well under
+// a millisecond, and waking OpenMP threads costs more than it saves (on a loaded machine the
+// waiting threads spin for milliseconds), so small calls run on the calling thread.
+constexpr int64_t kMinWorkForThreads = int64_t(1) << 21;
+
+int max_threads(const Problem& p, int64_t tasks) {
+  const int64_t work = p.cu.back() * p.HV * p.K * p.V;
+  if (work < kMinWorkForThreads) return 1;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), tasks)));
 }
 
 // Threads the workspace can feed: at most max_threads(tasks), at least 1.
-int usable_threads(int64_t tasks, std::size_t avail, std::size_t per_thread) {
+int usable_threads(const Problem& p, int64_t tasks, std::size_t avail, std::size_t per_thread) {
   const int64_t fit = per_thread ? static_cast<int64_t>(avail / per_thread) : tasks;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_threads(tasks), fit)));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_threads(p, tasks), fit)));
 }
 
 template <class T>
@@ -59,7 +66,7 @@ Status forward_t(const FamilyTraits& tr, const Problem& p, const ForwardInputs& 
                  const ForwardOutputs& out, Workspace ws) {
   const std::size_t per = scratch_bytes<FwdScratch<T>>(p);
   const int64_t tasks = p.N * p.HV;
-  const int nthreads = usable_threads(tasks, ws.bytes, per);
+  const int nthreads = usable_threads(p, tasks, ws.bytes, per);
   char* base = static_cast<char*>(ws.data);
 #pragma omp parallel num_threads(nthreads)
   {
@@ -286,7 +293,7 @@ Status backward_t(const FamilyTraits& tr, const Problem& p, const BackwardInputs
   const std::size_t per = scratch_bytes<BwdScratch<T>>(p);
   const std::size_t pb = partial_bytes<T>(p);
   const int64_t tasks = p.N * p.H;
-  const int nthreads = usable_threads(tasks, ws.bytes - pb, per);
+  const int nthreads = usable_threads(p, tasks, ws.bytes - pb, per);
   T* partials = reinterpret_cast<T*>(align64(ws.data));
   char* base = static_cast<char*>(ws.data) + pb;
 #pragma omp parallel num_threads(nthreads)
@@ -334,14 +341,14 @@ bool wy_backward() { return g_wy_backward.load(); }
 
 std::size_t forward_workspace(const Problem& p) {
   const std::size_t per = use_f64(p) ? scratch_bytes<FwdScratch<double>>(p) : scratch_bytes<FwdScratch<float>>(p);
-  return per * static_cast<std::size_t>(max_threads(p.N * p.HV));
+  return per * static_cast<std::size_t>(max_threads(p, p.N * p.HV));
 }
 
 std::size_t backward_workspace(const Problem& p) {
   if (use_f64(p)) {
-    return partial_bytes<double>(p) + scratch_bytes<BwdScratch<double>>(p) * static_cast<std::size_t>(max_threads(p.N * p.H));
+    return partial_bytes<double>(p) + scratch_bytes<BwdScratch<double>>(p) * static_cast<std::size_t>(max_threads(p, p.N * p.H));
   }
-  return partial_bytes<float>(p) + scratch_bytes<BwdScratch<float>>(p) * static_cast<std::size_t>(max_threads(p.N * p.H));
+  return partial_bytes<float>(p) + scratch_bytes<BwdScratch<float>>(p) * static_cast<std::size_t>(max_threads(p, p.N * p.H));
 }
 
 std::size_t saved_state_bytes(const Problem& p) {

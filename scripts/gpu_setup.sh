@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network): unpack the carried CUTLASS headers and GoogleTest sources
-# from .device/ (made on the dev machine: see scripts/make_device_bundle.sh), then configure and
-# build linattn with the CUDA backend into build-gpu/. Prints the build directory.
+# from .device/ (made on the dev machine: see scripts/make_device_bundle.sh) into
+# /tmp/linattn-deps, then configure and build linattn with the CUDA backend into build-gpu/.
+# Prints the build directory. With --deps-only it stops after unpacking.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dep=/tmp/linattn-deps
@@ -13,6 +14,7 @@ if [ ! -d "$dep/gtest-install" ]; then
         -DCMAKE_INSTALL_PREFIX="$dep/gtest-install" -DBUILD_GMOCK=OFF >/dev/null
   cmake --build "$dep/gtest-build" --target install >/dev/null
 fi
+if [ "${1:-}" = "--deps-only" ]; then exit 0; fi
 cmake -S "$root" -B "$root/build-gpu" -G Ninja -DLINATTN_ENABLE_CUDA=ON \
       -DCUTLASS_INCLUDE_DIR="$dep/include" -DCMAKE_PREFIX_PATH="$dep/gtest-install" "$@" >/dev/null
 cmake --build "$root/build-gpu" -j "$(nproc)"

@@ -8,8 +8,9 @@
 // plus the generic forward()/backward() taking the Family as an argument.
 //
 // Every tensor is a non-owning view (pointer, dtype, shape, strides, device); outputs are
-// allocated by the caller. Each call validates every input first and returns a Status with a
-// readable message; on error nothing is written. Scratch memory comes from a caller-provided
+// allocated by the caller and must not overlap any input or each other (in-place calls are
+// refused). Each call validates every input first and returns a Status with a readable message;
+// on error nothing is written. Scratch memory comes from a caller-provided
 // Workspace whose size the *_workspace_size() queries return. ../shared/SPEC.md (the repository's
 // copy lives beside this project) defines the math, shapes and options.
 #pragma once
@@ -221,7 +222,8 @@ inline Status simple_gla_backward(const BackwardInputs& in, const BackwardOutput
 }
 
 // ---- float64 token-by-token evaluation of the recurrence (SPEC.md), the ground truth every
-// backend is tested against. CPU tensors only; outputs may be float64 or any float dtype.
+// backend is tested against. CPU tensors only; outputs follow the rules of forward()/backward()
+// (o and each gradient in the dtype of its input; states float32 or float64).
 Status reference_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
                          const Options& opt);
 Status reference_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,

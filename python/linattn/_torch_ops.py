@@ -258,6 +258,9 @@ def _setup_context(ctx, inputs, output):
     saved = output[3] if disable_recompute else None
     ctx.save_for_backward(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
                           cu_seqlens_cpu, saved)
+    # h (return_intermediate_states) has no backward, and the saved buffer is internal: mark
+    # them so that using them in a loss raises instead of silently contributing no gradient.
+    ctx.mark_non_differentiable(output[2], output[3])
     ctx.family = family
     ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first)
     ctx.output_final_state = output_final_state

@@ -1,5 +1,6 @@
 // Input validation shared by every backend: each rule returns a Status naming the argument.
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -10,6 +11,8 @@ namespace linattn::detail {
 namespace {
 
 std::string shape_str(const TensorView& t) {
+  // A view claims ndim entries but holds at most kMaxDims: never read past them.
+  if (t.ndim > kMaxDims) return "a rank-" + std::to_string(t.ndim) + " view (at most " + std::to_string(kMaxDims) + " dimensions)";
   std::ostringstream s;
   s << "[";
   for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
@@ -163,6 +166,13 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   if (in.q.ndim != 4) return Status::Invalid("q must be 4-D [B, T, H, K], got " + shape_str(in.q));
   if (in.v.ndim != 4) return Status::Invalid("v must be 4-D [B, T, HV, V], got " + shape_str(in.v));
   const Device dev = in.q.device;
+  if (dev.type != DeviceType::kCPU && dev.type != DeviceType::kCUDA) {
+    return Status::Invalid("q is on an unsupported device type " + std::to_string(static_cast<int>(dev.type)) +
+                           " (CPU = 1, CUDA = 2)");
+  }
+  if (dev.type == DeviceType::kCUDA && dev.index < 0) {
+    return Status::Invalid("q has a negative CUDA device index " + std::to_string(dev.index));
+  }
   p->device = dev;
   p->dtype = in.q.dtype;
   p->B = in.q.shape[0];
@@ -176,6 +186,20 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   if (H < 1 || HV < 1) {
     return Status::Invalid("head counts must be >= 1: q has H = " + std::to_string(H) + ", v has HV = " +
                            std::to_string(HV));
+  }
+  // Every size the backends compute (elements and bytes of the largest tensor: q/k, v, a
+  // per-channel g, the states and h, at most 8 bytes an element) must fit in int64.
+  {
+    const int64_t heads = H > HV ? H : HV;
+    int64_t width = 0;  // K * max(K, V) >= K, V: covers [.., K], [.., V] and [K, V]
+    int64_t n = 0;
+    // (K, V < 1 are refused below with their own message.)
+    if (K >= 1 && V >= 1 && (__builtin_mul_overflow(K, V > K ? V : K, &width) ||
+        __builtin_mul_overflow(B, T, &n) || __builtin_mul_overflow(n, heads, &n) ||
+        __builtin_mul_overflow(n, width, &n) || __builtin_mul_overflow(n, int64_t{8}, &n))) {
+      return Status::Invalid("the problem is too large: sizes of q " + shape_str(in.q) + " and v " +
+                             shape_str(in.v) + " overflow 64-bit byte counts");
+    }
   }
   LINATTN_TRY(check_float("q", in.q));
   LINATTN_TRY(check_tensor("q", in.q, {B, T, H, K}, dev));
@@ -359,6 +383,42 @@ Status check_state_like(const char* name, const TensorView& t, const Problem& p)
   return check_tensor(name, t, {p.N, p.HV, p.K, p.V}, p.device);
 }
 
+struct Named {
+  const char* name;
+  const TensorView* t;
+};
+
+// Whether two present, non-empty views in one address space share a byte.
+bool overlap(const TensorView& a, const TensorView& b) {
+  if (!a.present() || !b.present() || a.numel() <= 0 || b.numel() <= 0) return false;
+  if (!same_device(a.device, b.device)) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+  const auto a1 = a0 + static_cast<std::uintptr_t>(a.numel()) * dtype_size(a.dtype);
+  const auto b1 = b0 + static_cast<std::uintptr_t>(b.numel()) * dtype_size(b.dtype);
+  return a0 < b1 && b0 < a1;
+}
+
+// Outputs are written while inputs are still being read (by other threads, or by other CUDA
+// blocks), so no output may share memory with an input or with another output.
+Status check_no_alias(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Named& i : inputs) {
+      if (overlap(*o->t, *i.t)) {
+        return Status::Invalid(std::string(o->name) + " overlaps the input " + i.name +
+                               " in memory; outputs must not alias inputs");
+      }
+    }
+    for (auto o2 = outputs.begin(); o2 != o; ++o2) {
+      if (overlap(*o->t, *o2->t)) {
+        return Status::Invalid(std::string(o->name) + " overlaps the output " + o2->name +
+                               " in memory; outputs must not alias each other");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status check_saved(const char* name, const TensorView& t, const Problem& p) {
   if (t.dtype != DType::kUInt8) return Status::Invalid(std::string(name) + " must be a uint8 buffer");
   if (t.ndim != 1) return Status::Invalid(std::string(name) + " must be 1-D");
@@ -385,6 +445,12 @@ Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutp
     }
   }
   if (out.saved.present()) LINATTN_TRY(check_saved("saved", out.saved, *p));
+  LINATTN_TRY(check_no_alias(
+      {{"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}, {"saved", &out.saved}},
+      {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma},
+       {"beta", &in.beta}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias},
+       {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens},
+       {"cu_seqlens_host", &in.cu_seqlens_host}}));
   return Status::Ok();
 }
 
@@ -424,6 +490,16 @@ Status resolve_backward(Family family, const BackwardInputs& in, const BackwardO
     if (!p->has_h0) return Status::Invalid("dh0 is given but initial_state is not");
     LINATTN_TRY(check_same_as("dh0", out.dh0, "initial_state", in.fwd.initial_state, dev));
   }
+  const ForwardInputs& f = in.fwd;
+  LINATTN_TRY(check_no_alias(
+      {{"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}, {"dg", &out.dg},
+       {"dg_gamma", &out.dg_gamma}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
+       {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}},
+      {{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"g_gamma", &f.g_gamma},
+       {"beta", &f.beta}, {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias},
+       {"initial_state", &f.initial_state}, {"cu_seqlens", &f.cu_seqlens},
+       {"cu_seqlens_host", &f.cu_seqlens_host}, {"d_o", &in.d_o}, {"dht", &in.dht},
+       {"saved", &in.saved}}));
   return Status::Ok();
 }
 

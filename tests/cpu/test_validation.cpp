@@ -1070,6 +1070,77 @@ TEST_P(ValidationFamily, ScaleNotFinite) {
   expect_input_rejected(c, kInvalid, "scale must be finite");
 }
 
+// ---- review fixes: rank past kMaxDims, device type, size overflow, aliasing
+TEST(Validation, RankAboveMaxDimsIsNotReadPastTheShape) {
+  Call c(Family::kKDA);
+  c.fin.q.ndim = kMaxDims + 1;  // shape[] holds kMaxDims entries; the next int64 is strides[0]
+  c.fin.q.strides[0] = 987654321;
+  expect_input_rejected(c, kInvalid, "q must be 4-D");
+  const Status s = c.forward();
+  EXPECT_EQ(s.message.find("987654321"), std::string::npos) << s.message;
+}
+
+TEST(Validation, UnknownDeviceType) {
+  Call c(Family::kGLA);
+  const Device odd{static_cast<DeviceType>(3), 0};  // e.g. DLPack's CUDA-host
+  for (TensorView* t : {&c.fin.q, &c.fin.k, &c.fin.v, &c.fin.g, &c.fin.initial_state, &c.fout.o,
+                        &c.fout.final_state, &c.fout.h, &c.bin.d_o, &c.bin.dht, &c.bout.dq,
+                        &c.bout.dk, &c.bout.dv, &c.bout.dg, &c.bout.dh0}) {
+    t->device = odd;
+  }
+  expect_input_rejected(c, kInvalid, "unsupported device type");
+}
+
+TEST(Validation, SizesOverflowingInt64) {
+  Call c(Family::kGLA);
+  const int64_t T = int64_t{1} << 56;  // B * T * H * K * 8 bytes does not fit in int64
+  for (TensorView* t : {&c.fin.q, &c.fin.k, &c.fin.v, &c.fin.g}) {
+    t->shape[1] = T;
+    for (int i = 0; i < t->ndim; ++i) t->strides[i] = 1;  // only sizes matter here
+  }
+  std::size_t bytes = 0;
+  const Status s = forward_workspace_size(c.fam, c.fin, c.opt, &bytes);
+  expect_status(s, kInvalid, "too large", "forward_workspace_size");
+}
+
+TEST(Validation, OutputAliasesInput) {
+  Call c(Family::kKDA);
+  c.fout.o.data = c.v.view.data;  // o has v's shape and dtype: an in-place request
+  expect_forward_rejected(c, kInvalid, "o overlaps the input v");
+}
+
+TEST(Validation, OutputPartlyOverlapsInput) {
+  Call c(Family::kGDN);
+  // initial_state and final_state in one buffer, final_state starting at initial_state's last
+  // element.
+  std::vector<unsigned char> both(2 * c.h0.bytes.size());
+  std::memcpy(both.data(), c.h0.bytes.data(), c.h0.bytes.size());
+  c.fin.initial_state.data = both.data();
+  c.fout.final_state.data = both.data() + c.h0.bytes.size() - 4;
+  expect_forward_rejected(c, kInvalid, "final_state overlaps the input initial_state");
+}
+
+TEST(Validation, OutputsAliasEachOther) {
+  Call c(Family::kGLA);
+  c.fout.h.data = c.fs.view.data;
+  expect_forward_rejected(c, kInvalid, "h overlaps the output final_state");
+}
+
+TEST(Validation, GradientAliasesInput) {
+  Call c(Family::kKDA);
+  c.bout.dq.data = c.q.view.data;
+  expect_backward_rejected(c, kInvalid, "dq overlaps the input q");
+  Call d(Family::kSimpleGLA);
+  d.bout.dv.data = d.d_o.view.data;
+  expect_backward_rejected(d, kInvalid, "dv overlaps the input d_o");
+}
+
+TEST(Validation, GradientsAliasEachOther) {
+  Call c(Family::kGDN);
+  c.bout.dk.data = c.dq.view.data;
+  expect_backward_rejected(c, kInvalid, "dk overlaps the output dq");
+}
+
 TEST(Validation, UnknownFamily) {
   Call c(Family::kKDA);
   c.fam = static_cast<Family>(7);

@@ -165,6 +165,18 @@ def test_return_intermediate_states_varlen():
     assert_close("h", h, rh, torch.float32)
 
 
+def test_intermediate_states_have_no_gradient():
+    # h has no backward: it must not require grad (a loss through it would silently get zero
+    # gradients for k, v, g, beta and the initial state).
+    t, opts = make_inputs("kda", T=70, K=8, V=8)
+    t = {n: (x.clone().requires_grad_() if x.is_floating_point() else x) for n, x in t.items()}
+    o, ht, h = call("kda", t, opts, output_final_state=True, return_intermediate_states=True)
+    assert o.requires_grad and ht.requires_grad
+    assert not h.requires_grad
+    with pytest.raises(RuntimeError):
+        h.sum().backward()
+
+
 def test_final_state_none_unless_requested():
     t, opts = make_inputs("kda", T=10, K=8, V=8)
     o, ht = call("kda", t, opts)

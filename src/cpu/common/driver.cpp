@@ -352,20 +352,74 @@ std::size_t backward_workspace(const Problem& p) {
 }
 
 std::size_t saved_state_bytes(const Problem& p) {
-  return static_cast<std::size_t>(p.num_chunks * p.HV * p.K * p.V) * (use_f64(p) ? sizeof(double) : sizeof(float));
+  return kSavedHeaderBytes +
+         static_cast<std::size_t>(p.num_chunks * p.HV * p.K * p.V) * (use_f64(p) ? sizeof(double) : sizeof(float));
 }
+
+namespace {
+
+// What a saved buffer must match to be reused: the family, the compute type, the sizes, the
+// sequence layout and the input transforms (the states depend on them). It cannot tell two
+// calls with equal shapes but different values apart; that remains the caller's contract.
+struct SavedHeader {
+  char magic[8];
+  int32_t family, f64;
+  int64_t tokens, N, HV, K, V, num_chunks;
+  uint64_t layout;  // hash of the sequence offsets and the transform settings
+};
+static_assert(sizeof(SavedHeader) <= kSavedHeaderBytes, "saved header too large");
+
+SavedHeader saved_header(const Problem& p) {
+  SavedHeader h{};
+  std::memcpy(h.magic, "LINATTN1", 8);
+  h.family = static_cast<int32_t>(p.family);
+  h.f64 = use_f64(p) ? 1 : 0;
+  h.tokens = p.cu.back();
+  h.N = p.N;
+  h.HV = p.HV;
+  h.K = p.K;
+  h.V = p.V;
+  h.num_chunks = p.num_chunks;
+  uint64_t x = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&x](uint64_t v) {
+    for (int i = 0; i < 8; ++i) x = (x ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  for (int64_t c : p.cu) mix(static_cast<uint64_t>(c));
+  mix(p.opt.use_qk_l2norm_in_kernel);
+  mix(static_cast<uint64_t>(p.gate_tf.kind));
+  mix(p.beta_tf.sigmoid + 2 * p.beta_tf.neg_eigval);
+  mix(p.has_h0 + 2 * p.has_g + 4 * p.has_g_gamma);
+  h.layout = x;
+  return h;
+}
+
+}  // namespace
 
 Status run_forward(const FamilyTraits& tr, const Problem& p, const ForwardInputs& in,
                    const ForwardOutputs& out, Workspace ws) {
   Status st = check_traits(tr, p);
   if (!st.ok()) return st;
-  return use_f64(p) ? forward_t<double>(tr, p, in, out, ws) : forward_t<float>(tr, p, in, out, ws);
+  st = use_f64(p) ? forward_t<double>(tr, p, in, out, ws) : forward_t<float>(tr, p, in, out, ws);
+  if (st.ok() && out.saved.present()) {
+    const SavedHeader h = saved_header(p);
+    std::memcpy(out.saved.data, &h, sizeof(h));
+  }
+  return st;
 }
 
 Status run_backward(const FamilyTraits& tr, const Problem& p, const BackwardInputs& in,
                     const BackwardOutputs& out, Workspace ws) {
   Status st = check_traits(tr, p);
   if (!st.ok()) return st;
+  if (in.saved.present()) {
+    const SavedHeader want = saved_header(p);
+    SavedHeader got;
+    std::memcpy(&got, in.saved.data, sizeof(got));
+    if (std::memcmp(&want, &got, sizeof(want)) != 0) {
+      return Status::Invalid("saved was not written by a forward of this problem (family, sizes, "
+                             "sequences, dtype or input transforms differ)");
+    }
+  }
   return use_f64(p) ? backward_t<double>(tr, p, in, out, ws) : backward_t<float>(tr, p, in, out, ws);
 }
 

@@ -18,9 +18,13 @@ void sequence_forward(const FamilyTraits& tr, const detail::Problem& p, const Fo
                       const ForwardOutputs* out, bool want_o, int64_t n, int64_t hv, const FwdScratch<T>& s, T* hstore);
 
 // Byte offset of chunk state (global chunk index, value head) inside the saved buffer.
+// The disable_recompute buffer: a header naming the problem it was written for, then the
+// chunk-start states [num_chunks, HV, K, V].
+constexpr std::size_t kSavedHeaderBytes = 128;
+
 inline std::size_t saved_offset(const detail::Problem& p, int64_t chunk, int64_t hv,
                                 std::size_t elem) {
-  return static_cast<std::size_t>((chunk * p.HV + hv) * p.K * p.V) * elem;
+  return kSavedHeaderBytes + static_cast<std::size_t>((chunk * p.HV + hv) * p.K * p.V) * elem;
 }
 
 }  // namespace linattn::cpu

@@ -147,6 +147,11 @@ class Runner:
             row = self._row_base(var, shape, direction, section, n_sets)
             outs = {}
             for name, impl in impl_list:
+                ours_st = row.get("ours", {}).get("status")
+                if name != "ours" and ours_st == "not implemented" and not self.args.fla_always:
+                    # Nothing to compare against: skip FLA's (possibly minutes-long) Triton compile.
+                    row[name] = {"status": "not measured (linattn has no kernel for this on this device)"}
+                    continue
                 res, out0 = self._measure_impl(impl, var, shape, direction, sets, dos, cu, cu_cpu, n_sets)
                 row[name] = res
                 if out0 is not None:
@@ -301,7 +306,10 @@ def parse_args(argv=None):
     p.add_argument("--directions", default="fwd,fwdbwd", help="fwd, fwdbwd (comma-separated)")
     p.add_argument("--varlen-all", action="store_true", help="the whole varlen grid for every variant")
     p.add_argument("--no-varlen", action="store_true")
+    p.add_argument("--varlen-only", action="store_true")
     p.add_argument("--no-fla", action="store_true")
+    p.add_argument("--fla-always", action="store_true",
+                   help="time FLA even where linattn has no kernel for the item on this device")
     p.add_argument("--no-ours", action="store_true", help="do not import linattn (FLA only)")
     p.add_argument("--no-fp64", action="store_true", help="skip the float64 reference check")
     p.add_argument("--ref-tokens", type=int, default=1024, help="tokens of the reduced problem")
@@ -456,6 +464,8 @@ def main(argv=None) -> int:
         items = problems.smoke_work() if args.smoke else problems.gpu_work(args.quick, args.varlen_all)
         if args.no_varlen:
             items = [it for it in items if not it[1].varlen]
+        if args.varlen_only:
+            items = [it for it in items if it[1].varlen]
         items = select(items, args.ops, directions)
         log(f"{len(items)} GPU work items x {len(directions)} directions")
         impl_list = [("ours", ours), ("fla", fla)]

@@ -85,7 +85,7 @@ def test_status_paths():
     fla = impls.Impl("fla")
     fla.fns["gla"] = mock
     fla.fns["kda"] = refuses
-    args = run_benchmarks.parse_args(["--out", "/tmp/unused", "--smoke"])
+    args = run_benchmarks.parse_args(["--out", "/tmp/unused", "--smoke", "--fla-always"])
     ceil = {"copy_bw_Bps": 1e10, "matmul_flops_per_s": 1e11}
     runner = run_benchmarks.Runner(args, torch.device("cpu"), ours, fla,
                                    impls.Reference(None, torch.device("cpu")), ceil, 0)
@@ -100,6 +100,11 @@ def test_status_paths():
     check(rows[0]["ours"]["status"] == "not implemented", "forward NotImplementedError -> not implemented")
     check(rows[0]["fla"] == {"status": "refuses", "message": "RuntimeError: first line of the refusal"},
           "other exception -> refuses + first line")
+    # default: where ours has no kernel, FLA is not timed (its compile would be wasted)
+    runner.args = run_benchmarks.parse_args(["--out", "/tmp/unused", "--smoke"])
+    rows = runner.item(gla, shape, ("fwd", "fwdbwd"), "gpu", [("ours", ours), ("fla", fla)])
+    check(rows[0]["fla"]["status"] == "ok" and rows[1]["fla"]["status"].startswith("not measured"),
+          "FLA skipped where ours is not implemented (without --fla-always)")
 
 
 def test_smoke(tmp):

@@ -21,7 +21,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   python3 -c "import cutlass_library" 2>/dev/null || pip_pkgs+=("nvidia-cutlass")
 fi
 if [ $want_python -eq 1 ]; then
-  for mod in numpy torch nanobind scikit_build_core pytest; do
+  for mod in numpy torch nanobind scikit_build_core pytest matplotlib; do
     python3 -c "import $mod" 2>/dev/null || pip_pkgs+=("${mod//_/-}")
   done
 fi

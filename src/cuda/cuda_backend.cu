@@ -170,10 +170,11 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     pp.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
     pp.has_alog = p.has_A_log ? 1 : 0;
     pp.has_dtb = p.has_dt_bias ? 1 : 0;
-    std::size_t smem = kern::prep_smem_bytes(dt, pp.K, true);
+    const bool vec_gate = p.family == Family::kKDA;
+    std::size_t smem = kern::prep_smem_bytes(dt, pp.K, true, vec_gate);
     pp.q_in_smem = 1;
     if (smem > 200 * 1024) {
-      smem = kern::prep_smem_bytes(dt, pp.K, false);
+      smem = kern::prep_smem_bytes(dt, pp.K, false, vec_gate);
       pp.q_in_smem = 0;
     }
     pp.W = base + lay.W;
@@ -187,7 +188,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (e != cudaSuccess) return cuda_error("chunk_prep launch", e);
   }
 
-  // ---- kernel 2: sequential state pass and output
+  // ---- kernel 2': the sequential state pass with the output (fused)
   if (p.N > 0) {
     kern::StateParams sp{};
     sp.W = base + lay.W;
@@ -203,16 +204,18 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
     sp.h = out.h.present() ? out.h.data : nullptr;
     sp.h_dt = out.h.present() ? dtype_code(out.h.dtype) : 2;
-    sp.o = out.o.data;
+    sp.o = out.o.data;  // hs null: the fused kernel (V_new, O, S update in one pass)
+    sp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
+    sp.num_chunks = static_cast<int>(p.num_chunks);
     sp.N = static_cast<int>(p.N);
     sp.HV = static_cast<int>(p.HV);
     sp.K = static_cast<int>(p.K);
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
     int stages = 2;
-    std::size_t smem = kern::state_smem_bytes(dt, sp.K, 2);
-    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, sp.K, 1); }
-    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, sp.K, 0); }
+    std::size_t smem = kern::state_smem_bytes(dt, sp.K, 2, true);
+    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, sp.K, 1, true); }
+    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, sp.K, 0, true); }
     sp.stages = stages;
     e = kern::launch_state(dt, sp, static_cast<int>(smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch", e);

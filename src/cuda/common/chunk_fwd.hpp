@@ -1,16 +1,23 @@
 // The chunked delta-rule forward on CUDA (KDA and GDN): parameters and launchers.
 //
-// Two kernels per call:
+// Three kernels per call:
 //   1. chunk_prep   one CTA per (chunk, value head), chunk-parallel: in-kernel gate + chunk-local
 //                   cumsum, l2norm, beta transform, the decayed products K Kᵀ and Q Kᵀ (tensor
-//                   cores for the off-diagonal 16x16 blocks, exact per-element exps on the
-//                   diagonal blocks), the unit-lower-triangular inverse (blocked, float32), and
+//                   cores; exact per-element exps on "wide" diagonal blocks of the vector gate),
+//                   the unit-lower-triangular inverse (diagonal 16x16 blocks by substitution in
+//                   registers, off-diagonal blocks by levels on the TF32 tensor cores), and
 //                   W = A (exp(γ) ⊙ K), U = A V (tensor cores). Writes W, U, Qg = scale q ⊙ exp(γ),
 //                   Kgᵀ = (k ⊙ exp(γ_C - γ))ᵀ, Aqk = scale tril(Q Kᵀ ⊙ decay) and exp(γ_C).
-//   2. chunk_state  one CTA per (sequence, value head, V tile), sequential over the sequence's
-//                   chunks, state in registers (float32): V_new = U - W S, O = Qg S + Aqk V_new,
+//   2. chunk_state  one CTA per (sequence, value head, V tile of 32), sequential over the
+//                   sequence's chunks, state in registers (float32): V_new = U - W S,
 //                   S = exp(γ_C) ⊙ S + Kgᵀ V_new, with the next chunk's operands prefetched by
-//                   cp.async while the current one is computed.
+//                   cp.async while the current one is computed. Writes V_new and the state before
+//                   each chunk (hs, compute type) for kernel 3, and h / ht when asked.
+//   3. chunk_out    one CTA per (chunk, value head, V tile of 64), chunk-parallel:
+//                   O = Qg S_c + Aqk V_new (launched by launch_state when o and hs are given).
+//   2'. chunk_fused the forward's default instead of 2 + 3: one CTA per (sequence, value head,
+//                   V tile of 64), V_new, O = Qg S + Aqk V_new and the S update in one sequential
+//                   pass (half the bytes of 2 + 3).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +53,9 @@ struct PrepParams {
   // outputs (workspace), per (chunk, hv) blocks
   void *W, *U, *Qg, *KgT, *Aqk;
   float* gexp;
+  // [backward] optional: M^-1 = (I + tril(diag(β) K Kᵀ ⊙ decay, -1))^-1 per (chunk, hv), [64][64]
+  // row-major in the compute type, zeros above the diagonal; null = not written.
+  void* Ainv = nullptr;
 };
 
 struct StateParams {
@@ -62,19 +72,33 @@ struct StateParams {
   int ht_dt;
   void* h;
   int h_dt;
-  void* o;
+  void* o;  // null: O is not computed (the backward's recompute)
   int N, HV, K, V;
   int v_first;
   int stages;  // 0: operands read from global memory, 1: staged, 2: double-buffered
+  // [backward] optional: V_new = U - W S per (chunk, hv), [64][V] in the compute type; null = not written.
+  // May alias U (each element is read before it is overwritten, by the same thread).
+  void* vnew = nullptr;
+  // Optional: the state before each chunk in the compute type, per (chunk, hv) [V][K] (K contiguous,
+  // whatever v_first says); null = not written. With o, launch_state needs hs, vnew, chunks and
+  // num_chunks: O = Qg S_c + Aqk V_new runs as a third, chunk-parallel kernel over them.
+  void* hs = nullptr;
+  const ChunkInfo* chunks = nullptr;
+  int num_chunks = 0;
 };
 
 // dtype codes: 0 fp16, 1 bf16, 2 fp32.
-std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem);
+// vec_gate = false: the scalar-gate (GDN) layout, smaller; the vector-gate size also fits GDN.
+std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate = true);
 cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 cudaError_t launch_prep_gdn(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 
 int state_v_tile(int dtype);
-std::size_t state_smem_bytes(int dtype, int K, int stages);
+// fused_o: the size for the fused kernel (o set, hs null); otherwise the recurrence's.
+std::size_t state_smem_bytes(int dtype, int K, int stages, bool fused_o = false);
+// o null: the recurrence alone (kernel 2). o and hs set: the recurrence, then the output kernel
+// (kernel 3). o set, hs null: the fused kernel 2' (V_new, O and the S update in one pass; the
+// forward's default, faster at the reference shape; smem from state_smem_bytes(.., true)).
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s);
 
 }  // namespace linattn::cuda::kern

@@ -14,18 +14,22 @@ constexpr int kLdA = 68;        // row stride (floats) of the 64x64 float scratc
 template <class T>
 __host__ __device__ constexpr int pad_elems() { return 16 / static_cast<int>(sizeof(T)); }
 
-// Shared-memory carve-up of chunk_prep (offsets in bytes, each 16-byte aligned).
+// Shared-memory carve-up of chunk_prep (offsets in bytes, each 16-byte aligned). The scalar gate
+// (vec = false) keeps one cumulative gate per token instead of [64][K], and, for 16-bit types,
+// always keeps q in shared memory (its products read q̂ and k̂ directly, no staging buffers).
 struct PrepSmem {
   int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, total;
-  __host__ __device__ PrepSmem(int K, int esize, bool q_in_smem) {
+  __host__ __device__ PrepSmem(int K, int esize, bool q_in_smem, bool vec = true) {
     const int ldg = K + 4, ldk = K + 16 / esize;
+    if (!vec && esize == 2) q_in_smem = true;
     int o = 0;
-    gam = o; o += kC * ldg * 4;
+    gam = o; o += vec ? kC * ldg * 4 : kC * 4;
     ks = o; o += kC * ldk * esize;
     qs = o; o += q_in_smem ? kC * ldk * esize : 0;
-    // 16-bit types: tinv doubles as the B staging buffer of the decayed K Kᵀ / Q Kᵀ products
-    // ([64][ldk]), mbuf as their A staging buffer ([32][ldk]), akk as the β V staging of U.
-    const bool st = esize == 2;
+    // 16-bit vector gate: tinv doubles as the B staging buffer of the decayed K Kᵀ / Q Kᵀ products
+    // ([64][ldk]), mbuf as their A staging buffer ([32][ldk]). akk holds β V for U afterwards.
+    // mbuf is also the inverse's per-warp 16x16 scratch.
+    const bool st = esize == 2 && vec;
     const int tsz = kC * kLdA * 4, msz = 16 * kLdA * 4;
     akk = o; o += kC * kLdA * 4;
     tinv = o; o += (st && kC * ldk * esize > tsz) ? kC * ldk * esize : tsz;
@@ -42,18 +46,91 @@ __device__ __forceinline__ float sigmoidf_(float x) {
   return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
 }
 __device__ __forceinline__ float softplusf_(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
+// Fast variants for 16-bit inputs (absolute error ~1e-6, far below the operands' rounding).
+__device__ __forceinline__ float sigmoid_fast(float x) { return __frcp_rn(1.f + __expf(-x)); }
+__device__ __forceinline__ float softplus_fast(float x) {
+  const float e = __expf(-fabsf(x));
+  return fmaxf(x, 0.f) + (e < 1e-3f ? e - 0.5f * e * e : __logf(1.f + e));
+}
+
+// acc (16x16, two m16n8 C fragments) += A[16 x kdim] B[kdim x 16], float32 operands in shared memory
+// (A row-major A[m * lda + k], B row-major B[k * ldb + n]) on the TF32 tensor cores; SPLIT: 3xTF32
+// (big*big + big*small + small*big), close to float32 accuracy.
+template <bool SPLIT>
+__device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb,
+                                             int kdim) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int k0 = 0; k0 < kdim; k0 += 8) {
+    const float xa[4] = {A[g * lda + k0 + t], A[(g + 8) * lda + k0 + t], A[g * lda + k0 + t + 4],
+                         A[(g + 8) * lda + k0 + t + 4]};
+    uint32_t ab[4], as[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      ab[e] = tf32_bits(xa[e]);
+      as[e] = tf32_bits(xa[e] - __uint_as_float(ab[e]));
+    }
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+      const float xb[2] = {B[(k0 + t) * ldb + 8 * ni + g], B[(k0 + t + 4) * ldb + 8 * ni + g]};
+      uint32_t bb[2], bs[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        bb[e] = tf32_bits(xb[e]);
+        bs[e] = tf32_bits(xb[e] - __uint_as_float(bb[e]));
+      }
+      if constexpr (SPLIT) {
+        mma_tf32(acc[ni], as, bb);
+        mma_tf32(acc[ni], ab, bs);
+      }
+      mma_tf32(acc[ni], ab, bb);
+    }
+  }
+}
+
+// One off-diagonal 16x16 block of T = (I + A)^-1 (unit lower triangular), by one warp:
+// T_IJ = -T_II (sum_{J <= K' < I} A_IK' T_K'J), from the diagonal blocks and the blocks of rows
+// J..I-1 of column block J (earlier levels). X is a warp-private 16x16 scratch (row stride kLdA).
+template <bool SPLIT>
+__device__ __forceinline__ void inv_offdiag_block(float* Ti, const float* Akk, float* X, int I, int J) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float x[2][4], y[2][4];
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[ni][e] = y[ni][e] = 0.f;
+  mma16x16_f32<SPLIT>(x, Akk + 16 * I * kLdA + 16 * J, kLdA, Ti + 16 * J * kLdA + 16 * J, kLdA, 16 * (I - J));
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    *reinterpret_cast<float2*>(X + g * kLdA + 8 * ni + 2 * t) = make_float2(x[ni][0], x[ni][1]);
+    *reinterpret_cast<float2*>(X + (g + 8) * kLdA + 8 * ni + 2 * t) = make_float2(x[ni][2], x[ni][3]);
+  }
+  __syncwarp();
+  mma16x16_f32<SPLIT>(y, Ti + 16 * I * kLdA + 16 * I, kLdA, X, kLdA, 16);
+  float* out = Ti + 16 * I * kLdA + 16 * J;
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    *reinterpret_cast<float2*>(out + g * kLdA + 8 * ni + 2 * t) = make_float2(-y[ni][0], -y[ni][1]);
+    *reinterpret_cast<float2*>(out + (g + 8) * kLdA + 8 * ni + 2 * t) = make_float2(-y[ni][2], -y[ni][3]);
+  }
+}
+
+// CTAs per SM: 2 (vector gate: ~113 KB shared memory); the 16-bit scalar gate fits 3 (75 KB, <= 80 registers).
+template <class T, bool VEC>
+constexpr int prep_min_blocks() { return (!VEC && kIs16<T>) ? 3 : 2; }
 
 template <class T, bool VEC>
-__global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepParams p) {
+__global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk_prep_kernel(const PrepParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
   const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const ChunkInfo ci = p.chunks[c];
   const int t0 = ci.t0, Lc = ci.len;
-  const PrepSmem L(K, sizeof(T), p.q_in_smem != 0);
-  const int ldg = K + 4, ldk = K + pad_elems<T>();
-  float* gam = reinterpret_cast<float*>(smem + L.gam);
+  // 16-bit scalar gate: q always in shared memory (PrepSmem reserves it)
+  const bool qsm = p.q_in_smem != 0 || (!VEC && kIs16<T>);
+  const PrepSmem L(K, sizeof(T), qsm, VEC);
+  const int ldg = VEC ? K + 4 : 1, ldk = K + pad_elems<T>();
+  float* gam = reinterpret_cast<float*>(smem + L.gam);  // γ: [64][K+4] (vector gate) or [64]
   T* ks = reinterpret_cast<T*>(smem + L.ks);
   T* qs = reinterpret_cast<T*>(smem + L.qs);
   float* Akk = reinterpret_cast<float*>(smem + L.akk);
@@ -63,6 +140,8 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   float* rk = reinterpret_cast<float*>(smem + L.rk);
   float* rq = reinterpret_cast<float*>(smem + L.rq);
   int* wide = reinterpret_cast<int*>(smem + L.wide);
+  // γ of token i, channel d
+  auto gm = [&](int i, int d) -> float { return VEC ? gam[i * ldg + d] : gam[i]; };
 
   const T* qg = static_cast<const T*>(p.q);
   const T* kg = static_cast<const T*>(p.k);
@@ -71,12 +150,15 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
 
   // ---- 1a. gates: transform + chunk-local cumsum. Vector gate: thread = (key channel d, segment
   // of K/4 consecutive tokens); the segment is scanned in registers and the segment offsets are
-  // added in 1c. Scalar gate: 64 threads, warp-shuffle scans.
+  // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
   const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
   const float ea = expf(alog);
   auto gate_tf = [&](float raw, float dtb) -> float {
-    if (p.gate_kind == 1) return -ea * softplusf_(raw + dtb);
-    if (p.gate_kind == 2) return p.lower_bound * sigmoidf_(p.has_alog ? ea * (raw + dtb) : raw + dtb);
+    if (p.gate_kind == 1) return -ea * (kIs16<T> ? softplus_fast(raw + dtb) : softplusf_(raw + dtb));
+    if (p.gate_kind == 2) {
+      const float z = p.has_alog ? ea * (raw + dtb) : raw + dtb;
+      return p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z));
+    }
     return raw;
   };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
@@ -88,12 +170,18 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * K + gd) : 0.f;
     float run = 0.f;
     const int i0 = gseg * seglen;
+    const int64_t gstride = static_cast<int64_t>(HV) * K;
+    const int64_t gbase = (static_cast<int64_t>(t0 + i0) * HV + hv) * K + gd;
     for (int i8 = 0; i8 < seglen; i8 += 8) {
       float raw[8];
+      if (p.g_dt == 2) {
+        const float* gf = static_cast<const float*>(p.g) + gbase + i8 * gstride;
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const int i = i0 + i8 + m;
-        raw[m] = i < Lc ? load_any(p.g, p.g_dt, (static_cast<int64_t>(t0 + i) * HV + hv) * K + gd) : 0.f;
+        for (int m = 0; m < 8; ++m) raw[m] = i0 + i8 + m < Lc ? __ldg(gf + m * gstride) : 0.f;
+      } else {
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+          raw[m] = i0 + i8 + m < Lc ? load_any(p.g, p.g_dt, gbase + (i8 + m) * gstride) : 0.f;
       }
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
@@ -114,23 +202,57 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
         const float y = __shfl_up_sync(0xffffffffu, x, o);
         if (lane >= o) x += y;
       }
-      Mb[tid] = x;  // per-warp inclusive scans; warp 1 adds Mb[31] in 1c
+      gam[tid] = x;
     }
   }
-  // ---- 2a. k (and q) rows, raw, 16-byte vector copies; beta
+  // ---- 2a. k (and q) rows, raw, 16-byte vector copies, with the l2 norms of the rows (the
+  // pieces of one row lie on consecutive lanes); beta
+  constexpr int per = 16 / static_cast<int>(sizeof(T));
+  const int pieces = K / per;            // 16-byte pieces per row (8..64)
+  const bool fuse_norm = pieces <= 32;   // a row within one warp
   {
-    constexpr int per = 16 / sizeof(T);
-    const int pieces = K / per;
-    for (int e = tid; e < kC * pieces; e += kPrepThreads) {
-      const int i = e / pieces, d = (e - i * pieces) * per;
-      const int64_t off = (static_cast<int64_t>(t0 + i) * H + h) * K + d;
-      uint4 kv = make_uint4(0, 0, 0, 0), qv = make_uint4(0, 0, 0, 0);
-      if (i < Lc) {
-        kv = *reinterpret_cast<const uint4*>(kg + off);
-        if (p.q_in_smem) qv = *reinterpret_cast<const uint4*>(qg + off);
+    const int lp = 31 - __clz(pieces);
+    const int total = kC * pieces;       // a multiple of kPrepThreads
+    for (int e0 = 0; e0 < total; e0 += 4 * kPrepThreads) {
+      uint4 kv[4], qv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = e0 + u * kPrepThreads + tid;
+        const int i = e >> lp, d = (e & (pieces - 1)) * per;
+        kv[u] = qv[u] = make_uint4(0, 0, 0, 0);
+        if (e < total && i < Lc) {
+          const int64_t off = (static_cast<int64_t>(t0 + i) * H + h) * K + d;
+          kv[u] = __ldg(reinterpret_cast<const uint4*>(kg + off));
+          if (qsm || fuse_norm) qv[u] = __ldg(reinterpret_cast<const uint4*>(qg + off));
+        }
       }
-      *reinterpret_cast<uint4*>(ks + i * ldk + d) = kv;
-      if (p.q_in_smem) *reinterpret_cast<uint4*>(qs + i * ldk + d) = qv;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = e0 + u * kPrepThreads + tid;
+        if (e0 + u * kPrepThreads >= total) break;  // uniform
+        const int i = e >> lp, d = (e & (pieces - 1)) * per;
+        *reinterpret_cast<uint4*>(ks + i * ldk + d) = kv[u];
+        if (qsm) *reinterpret_cast<uint4*>(qs + i * ldk + d) = qv[u];
+        if (fuse_norm) {
+          float sk = 0.f, sq = 0.f;
+          const T* ke = reinterpret_cast<const T*>(&kv[u]);
+          const T* qe = reinterpret_cast<const T*>(&qv[u]);
+#pragma unroll
+          for (int m = 0; m < per; ++m) {
+            const float a = to_f(ke[m]), b = to_f(qe[m]);
+            sk = fmaf(a, a, sk);
+            sq = fmaf(b, b, sq);
+          }
+          for (int o = pieces >> 1; o > 0; o >>= 1) {
+            sk += __shfl_xor_sync(0xffffffffu, sk, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+          }
+          if ((e & (pieces - 1)) == 0) {
+            rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+            rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+          }
+        }
+      }
     }
     if (tid < kC) {
       float b = 0.f;
@@ -161,25 +283,27 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   } else {
     if (tid < 4) wide[tid] = 0;
   }
-  // ---- 2b. l2 norms (warp per row)
-  for (int i = warp; i < kC; i += kPrepThreads / 32) {
-    float sk = 0.f, sq = 0.f;
-    for (int d = lane; d < K; d += 32) {
-      const float kx = to_f(ks[i * ldk + d]);
-      sk += kx * kx;
-      float qx = 0.f;
-      if (p.q_in_smem) qx = to_f(qs[i * ldk + d]);
-      else if (i < Lc) qx = to_f(qg[(static_cast<int64_t>(t0 + i) * H + h) * K + d]);
-      sq += qx * qx;
-    }
+  // ---- 2b. l2 norms, rows wider than a warp (warp per row)
+  if (!fuse_norm) {
+    for (int i = warp; i < kC; i += kPrepThreads / 32) {
+      float sk = 0.f, sq = 0.f;
+      for (int d = lane; d < K; d += 32) {
+        const float kx = to_f(ks[i * ldk + d]);
+        sk += kx * kx;
+        float qx = 0.f;
+        if (qsm) qx = to_f(qs[i * ldk + d]);
+        else if (i < Lc) qx = to_f(qg[(static_cast<int64_t>(t0 + i) * H + h) * K + d]);
+        sq += qx * qx;
+      }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      sk += __shfl_xor_sync(0xffffffffu, sk, o);
-      sq += __shfl_xor_sync(0xffffffffu, sq, o);
-    }
-    if (lane == 0) {
-      rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
-      rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+      for (int o = 16; o > 0; o >>= 1) {
+        sk += __shfl_xor_sync(0xffffffffu, sk, o);
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      }
+      if (lane == 0) {
+        rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+        rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+      }
     }
   }
   __syncthreads();
@@ -190,19 +314,17 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     }
     if (gseg == nseg - 1) p.gexp[blk * K + gd] = expf(gam[(kC - 1) * ldg + gd]);
   } else {
-    const float tail = Mb[31];
-    for (int e = tid; e < kC * K; e += kPrepThreads) {
-      const int i = e >> lk, d = e & (K - 1);
-      gam[i * ldg + d] = Mb[i] + (i >= 32 ? tail : 0.f);
-    }
-    if (tid < K) p.gexp[blk * K + tid] = expf(Mb[kC - 1] + tail);
+    if (tid >= 32 && tid < kC) gam[tid] += gam[31];  // gam[31] is not written here
   }
   __syncthreads();
+  if constexpr (!VEC) {
+    if (tid < K) p.gexp[blk * K + tid] = expf(gam[kC - 1]);
+  }
 
   // q element (raw) of row i, channel d
-  const T* qsrc = p.q_in_smem ? qs : qg + static_cast<int64_t>(t0) * H * K + static_cast<int64_t>(h) * K;
-  const int ldq = p.q_in_smem ? ldk : H * K;
-  const int qrows = p.q_in_smem ? kC : Lc;
+  const T* qsrc = qsm ? qs : qg + static_cast<int64_t>(t0) * H * K + static_cast<int64_t>(h) * K;
+  const int ldq = qsm ? ldk : H * K;
+  const int qrows = qsm ? kC : Lc;
   auto qraw = [&](int i, int d) -> float { return i < qrows ? to_f(qsrc[static_cast<int64_t>(i) * ldq + d]) : 0.f; };
 
   T* Aout = static_cast<T*>(p.Aqk) + blk * kC * kC;  // Aqk written straight to global
@@ -210,10 +332,48 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
   // column blocks 0..I. Row block I uses the reference token r = 16 I: row factor exp(γ_i - γ_r) <= 1
   // (i >= r); column factor exp(γ_r - γ_j) <= 1 for j < r (no overflow for any g <= 0) and
   // <= exp(spread) on the diagonal block (checked above).
-  if constexpr (kIs16<T>) {
-    // 16-bit: per row block, the decayed operands are computed once (one exp per element) into
-    // shared memory and the products read them with ldmatrix. Scalar gate: plain k̂ / q̂ operands,
-    // the decay exp(γ_i - γ_j) (<= 1) applied to the products.
+  if constexpr (kIs16<T> && !VEC) {
+    // 16-bit scalar gate: plain k Kᵀ and q Kᵀ from the raw rows (ldmatrix), the norms, β, scale and
+    // the decay exp(γ_i - γ_j) (<= 1) applied to the products. Warp = one 16x16 block (I, J <= I)
+    // of both products (shared B fragments); 10 blocks.
+    const int g = lane >> 2, t = lane & 3;
+    for (int b = warp; b < 10; b += kPrepThreads / 32) {
+      const int I = b < 1 ? 0 : (b < 3 ? 1 : (b < 6 ? 2 : 3));
+      const int J = b - I * (I + 1) / 2;
+      float ak[2][4], aq[2][4];
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ak[ni][e] = aq[ni][e] = 0.f;
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a_k[4], a_q[4], bb[2][2];
+        ldsm_a(a_k, ks, ldk, 16 * I, k0);
+        ldsm_a(a_q, qs, ldk, 16 * I, k0);
+        ldsm_b_n(bb, ks, ldk, k0, 16 * J);
+        mma16<T>(ak[0], a_k, bb[0]);
+        mma16<T>(ak[1], a_k, bb[1]);
+        mma16<T>(aq[0], a_q, bb[0]);
+        mma16<T>(aq[1], a_q, bb[1]);
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = 16 * I + g + 8 * hh;
+        const float gi = gam[i], bi = bet[i] * rk[i], si = p.scale * rq[i];
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int j = 16 * J + 8 * ni + 2 * t;
+          const float d0 = j <= i ? __expf(gi - gam[j]) * rk[j] : 0.f;
+          const float d1 = j + 1 <= i ? __expf(gi - gam[j + 1]) * rk[j + 1] : 0.f;
+          if (j < i) Akk[i * kLdA + j] = bi * d0 * ak[ni][2 * hh];
+          if (j + 1 < i) Akk[i * kLdA + j + 1] = bi * d1 * ak[ni][2 * hh + 1];
+          store2<T>(Aout + i * kC + j, si * d0 * aq[ni][2 * hh], si * d1 * aq[ni][2 * hh + 1]);
+        }
+      }
+    }
+  } else if constexpr (kIs16<T>) {
+    // 16-bit vector gate: per row block, the decayed operands are computed once (one exp per
+    // element) into shared memory and the products read them with ldmatrix.
     T* Ast = reinterpret_cast<T*>(smem + L.mbuf);  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
     T* Bst = reinterpret_cast<T*>(smem + L.tinv);  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
     const int lq = lk - 2;                         // log2 (K / 4)
@@ -229,14 +389,10 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
           const int j = row;
           load4(ks + j * ldk + d, x);
           const float s = rk[j];
-          if constexpr (VEC) {
-            const float4 a = *reinterpret_cast<const float4*>(gr + d);
-            const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
-            f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
-            f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
-          } else {
-            f[0] = f[1] = f[2] = f[3] = s;
-          }
+          const float4 a = *reinterpret_cast<const float4*>(gr + d);
+          const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
+          f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
+          f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
           dst = Bst + j * ldk + d;
         } else {  // A rows: k (row - nb < 16) or q
           const int ii = row - nb, i = r + (ii & 15);
@@ -249,14 +405,10 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
             else x[0] = x[1] = x[2] = x[3] = 0.f;
             s = rq[i];
           }
-          if constexpr (VEC) {
-            const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
-            const float4 b = *reinterpret_cast<const float4*>(gr + d);
-            f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
-            f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
-          } else {
-            f[0] = f[1] = f[2] = f[3] = s;
-          }
+          const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
+          const float4 b = *reinterpret_cast<const float4*>(gr + d);
+          f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
+          f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
           dst = Ast + ii * ldk + d;
         }
 #pragma unroll
@@ -285,16 +437,14 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
 #pragma unroll
         for (int ni = 0; ni < 2; ++ni)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = r + g + (e >= 2 ? 8 : 0), j = 16 * cb + 8 * ni + 2 * t + (e & 1);
-            float v = acc[ni][e];
-            if constexpr (!VEC) {
-              if (j <= i) v *= __expf(gam[i * ldg] - gam[j * ldg]);
-            }
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = r + g + 8 * hh, j = 16 * cb + 8 * ni + 2 * t;
+            const float v0 = acc[ni][2 * hh], v1 = acc[ni][2 * hh + 1];
             if (mat == 0) {
-              if (j < i) Akk[i * kLdA + j] = bet[i] * v;
-            } else if (j <= i) {
-              Aout[i * kC + j] = from_f<T>(p.scale * v);
+              if (j < i) Akk[i * kLdA + j] = bet[i] * v0;
+              if (j + 1 < i) Akk[i * kLdA + j + 1] = bet[i] * v1;
+            } else {  // the whole block, zeros above the diagonal
+              store2<T>(Aout + i * kC + j, j <= i ? p.scale * v0 : 0.f, j + 1 <= i ? p.scale * v1 : 0.f);
             }
           }
       }
@@ -308,10 +458,6 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     const bool diag = nt >= 2 * I;
     if (diag && wide[I]) continue;
     const int r = 16 * I;
-    const float* gr = gam + r * ldg;
-    auto bfun = [&](int d, int j) -> float {
-      return to_f(ks[j * ldk + d]) * rk[j] * __expf(gr[d] - gam[j * ldg + d]);
-    };
     float acc[1][1][4];
     zero_acc(acc);
     if constexpr (!VEC) {  // scalar gate: plain products, decay exp(γ_i - γ_j) (<= 1) applied after
@@ -327,16 +473,22 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
-        if (j <= i) acc[0][0][e] *= __expf(gam[i * ldg] - gam[j * ldg]);
+        if (j <= i) acc[0][0][e] *= __expf(gam[i] - gam[j]);
       }
-    } else if (mat == 0) {
-      auto afun = [&](int i, int d) -> float {
-        return to_f(ks[i * ldk + d]) * rk[i] * __expf(gam[i * ldg + d] - gr[d]);
-      };
-      warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
     } else {
-      auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i] * __expf(gam[i * ldg + d] - gr[d]); };
-      warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+      const float* gr = gam + r * ldg;
+      auto bfun = [&](int d, int j) -> float {
+        return to_f(ks[j * ldk + d]) * rk[j] * __expf(gr[d] - gam[j * ldg + d]);
+      };
+      if (mat == 0) {
+        auto afun = [&](int i, int d) -> float {
+          return to_f(ks[i * ldk + d]) * rk[i] * __expf(gam[i * ldg + d] - gr[d]);
+        };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+      } else {
+        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i] * __expf(gam[i * ldg + d] - gr[d]); };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+      }
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -350,48 +502,90 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     }
   }
   }
-  // ---- 3b. "wide" diagonal blocks: exact per-element decay exp(γ_i - γ_j), j <= i
-  for (int e = tid; e < 4 * 136; e += kPrepThreads) {
-    const int b = e / 136, x = e - b * 136;
-    if (!wide[b]) continue;
-    int ii = static_cast<int>((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
-    while ((ii + 1) * (ii + 2) / 2 <= x) ++ii;
-    while (ii * (ii + 1) / 2 > x) --ii;
-    const int jj = x - ii * (ii + 1) / 2;
-    const int i = 16 * b + ii, j = 16 * b + jj;
-    float skk = 0.f, sqk = 0.f;
-    const float* gi = gam + i * ldg;
-    const float* gj = gam + j * ldg;
-    const int rot = (tid * 4) & (K - 1);
-    for (int dd = 0; dd < K; ++dd) {
-      const int d = (dd + rot) & (K - 1);
-      const float kj = to_f(ks[j * ldk + d]) * __expf(gi[d] - gj[d]);
-      skk += to_f(ks[i * ldk + d]) * kj;
-      sqk += qraw(i, d) * kj;
+  // ---- 3b. "wide" diagonal blocks (vector gate): exact per-element decay exp(γ_i - γ_j), j <= i;
+  // zeros above their diagonal in Aqk
+  if constexpr (VEC) {
+    for (int e = tid; e < 4 * 136; e += kPrepThreads) {
+      const int b = e / 136, x = e - b * 136;
+      if (!wide[b]) continue;
+      int ii = static_cast<int>((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
+      while ((ii + 1) * (ii + 2) / 2 <= x) ++ii;
+      while (ii * (ii + 1) / 2 > x) --ii;
+      const int jj = x - ii * (ii + 1) / 2;
+      const int i = 16 * b + ii, j = 16 * b + jj;
+      float skk = 0.f, sqk = 0.f;
+      const float* gi = gam + i * ldg;
+      const float* gj = gam + j * ldg;
+      const int rot = (tid * 4) & (K - 1);
+      for (int dd = 0; dd < K; ++dd) {
+        const int d = (dd + rot) & (K - 1);
+        const float kj = to_f(ks[j * ldk + d]) * __expf(gi[d] - gj[d]);
+        skk += to_f(ks[i * ldk + d]) * kj;
+        sqk += qraw(i, d) * kj;
+      }
+      Akk[i * kLdA + j] = (j < i) ? bet[i] * rk[i] * rk[j] * skk : 0.f;
+      Aout[i * kC + j] = from_f<T>(p.scale * rq[i] * rk[j] * sqk);
     }
-    Akk[i * kLdA + j] = (j < i) ? bet[i] * rk[i] * rk[j] * skk : 0.f;
-    Aout[i * kC + j] = from_f<T>(p.scale * rq[i] * rk[j] * sqk);
+    for (int e = tid; e < 4 * 256; e += kPrepThreads) {
+      const int b = e >> 8, ii = (e >> 4) & 15, jj = e & 15;
+      if (wide[b] && jj > ii) Aout[(16 * b + ii) * kC + 16 * b + jj] = from_f<T>(0.f);
+    }
   }
-  for (int e = tid; e < kC * kC; e += kPrepThreads) {  // strictly upper part of Aqk
-    const int i = e >> 6, j = e & 63;
-    if (j > i) Aout[e] = from_f<T>(0.f);
+  if constexpr (kIs16<T>) {  // Aqk blocks above the diagonal blocks: zeros, 16-byte stores
+    for (int e = tid; e < kC * 8; e += kPrepThreads) {
+      const int i = e >> 3, s8 = e & 7;
+      if (8 * s8 >= 16 * ((i >> 4) + 1)) *reinterpret_cast<uint4*>(Aout + i * kC + 8 * s8) = make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    for (int e = tid; e < kC * kC; e += kPrepThreads) {  // strictly upper part of Aqk
+      const int i = e >> 6, j = e & 63;
+      if (j > i) Aout[e] = from_f<T>(0.f);
+    }
   }
   __syncthreads();
 
-  // ---- 4. T = (I + Akk)^-1, unit lower triangular: diagonal blocks by forward substitution
-  // (warps 0-1, which also write the zeros above the diagonal; the blocks above the diagonal
-  // blocks are never read), then block rows I = 1..3: T_IJ = -T_II * sum_{J <= K' < I} A_IK' T_K'J.
-  // Warps 2-7 write Qg and Kgᵀ meanwhile.
-  if (tid < 64) {
-    const int b = tid >> 4, cc = tid & 15, base = 16 * b, col = base + cc;
-    for (int ii = 0; ii < cc; ++ii) Ti[(base + ii) * kLdA + col] = 0.f;
-    Ti[(base + cc) * kLdA + col] = 1.f;
-    for (int ii = cc + 1; ii < 16; ++ii) {
-      const int i = base + ii;
-      float s = 0.f;
-      for (int jj = cc; jj < ii; ++jj) s += Akk[i * kLdA + base + jj] * Ti[(base + jj) * kLdA + col];
-      Ti[i * kLdA + col] = -s;
+  // ---- 4. T = (I + Akk)^-1, unit lower triangular.
+  // 4a. diagonal 16x16 blocks by forward substitution, one thread per (block, column), the column
+  //     in registers (warps 0-1; they also write the zeros above the diagonal: the blocks above
+  //     the diagonal blocks are never read); warps 2-7 write Qg and Kgᵀ meanwhile.
+  // 4b. off-diagonal blocks by levels on the TF32 tensor cores (one warp per block):
+  //     T_IJ = -T_II sum_{J <= K' < I} A_IK' T_K'J; level I-J = 1, 2, 3 (3, 2, 1 blocks).
+  // β v (16-bit, V <= 128) is loaded into registers first and staged in the Akk area after the inverse.
+  const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
+  const int ldv = V + pad_elems<T>();
+  const bool vstage = kIs16<T> && kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
+  const int vpieces = V / per;
+  uint4 vreg[4];
+  if (vstage) {
+    const int lvp = 31 - __clz(vpieces);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int e = u * kPrepThreads + tid, j = e >> lvp, d = (e & (vpieces - 1)) * per;
+      vreg[u] = make_uint4(0, 0, 0, 0);
+      if (e < kC * vpieces && j < Lc) vreg[u] = __ldg(reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(j) * HV * V + d));
     }
+  }
+  if (tid < 64) {
+    const int b = tid >> 4, cc = tid & 15, base = 16 * b;
+    const float* Ab = Akk + base * kLdA + base;
+    float tcol[16];
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) {
+      float s = 0.f;
+      if (ii > 0) {
+        float arow[16];
+#pragma unroll
+        for (int q4 = 0; q4 < (ii + 3) / 4; ++q4) {
+          const float4 a4 = *reinterpret_cast<const float4*>(Ab + ii * kLdA + 4 * q4);
+          arow[4 * q4] = a4.x; arow[4 * q4 + 1] = a4.y; arow[4 * q4 + 2] = a4.z; arow[4 * q4 + 3] = a4.w;
+        }
+#pragma unroll
+        for (int jj = 0; jj < ii; ++jj) s = fmaf(arow[jj], tcol[jj], s);
+      }
+      tcol[ii] = ii < cc ? 0.f : (ii == cc ? 1.f : -s);
+    }
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) Ti[(base + ii) * kLdA + base + cc] = tcol[ii];
   } else {
     const int tq = tid - 64, nq = kPrepThreads - 64;
     // Qg = scale q exp(γ) [64][K]
@@ -401,26 +595,29 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
       for (int e = tq; e < (kC << lh); e += nq) {
         const int i = e >> lh, d = 2 * (e & ((1 << lh) - 1));
         const float sc = p.scale * rq[i];
-        const float e0 = __expf(gam[i * ldg + (VEC ? d : 0)]), e1 = VEC ? __expf(gam[i * ldg + d + 1]) : e0;
+        const float e0 = __expf(gm(i, d)), e1 = VEC ? __expf(gm(i, d + 1)) : e0;
         store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
       }
     }
     // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
     {
       T* out = static_cast<T*>(p.KgT) + blk * K * kC;
-      const float* gC = gam + (kC - 1) * ldg;
       for (int e = tq; e < K * (kC / 2); e += nq) {
         const int d = e >> 5, i = 2 * (e & 31);
-        store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC[d] - gam[i * ldg + d]),
-                  rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC[d] - gam[(i + 1) * ldg + d]));
+        const float gC = gm(kC - 1, d);
+        store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d)),
+                  rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d)));
       }
     }
   }
   __syncthreads();
-  // 16-bit: the B operand of W, β k̂ exp(γ), replaces k in shared memory (k is no longer read)
-  if constexpr (kIs16<T>) {
+  // level 1 (warps 0-2); 16-bit: the B operand of W, β k̂ exp(γ), replaces k in shared memory
+  // meanwhile (warps 3-7; k is no longer read)
+  if (warp < 3) {
+    inv_offdiag_block<!kIs16<T>>(Ti, Akk, Mb + 16 * warp, warp + 1, warp);
+  } else if constexpr (kIs16<T>) {
     const int lq = lk - 2;
-    for (int e = tid; e < (kC << lq); e += kPrepThreads) {
+    for (int e = tid - 96; e < (kC << lq); e += kPrepThreads - 96) {
       const int j = e >> lq, d = (e & ((1 << lq) - 1)) << 2;
       float x[4];
       load4(ks + j * ldk + d, x);
@@ -430,54 +627,44 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
         x[0] *= s * __expf(a.x); x[1] *= s * __expf(a.y);
         x[2] *= s * __expf(a.z); x[3] *= s * __expf(a.w);
       } else {
-        const float f = s * __expf(gam[j * ldg]);
+        const float f = s * __expf(gam[j]);
 #pragma unroll
         for (int m = 0; m < 4; ++m) x[m] *= f;
       }
       store4(ks + j * ldk + d, x);
     }
   }
-  for (int I = 1; I < 4; ++I) {
-    const int r = 16 * I;
-    for (int e = tid; e < 16 * r; e += kPrepThreads) {
-      const int ii = e / r, j = e - ii * r;
-      const int i = r + ii;
-      float s = 0.f;
-      for (int k2 = j & ~15; k2 < r; ++k2) s += Akk[i * kLdA + k2] * Ti[k2 * kLdA + j];
-      Mb[ii * kLdA + j] = s;
-    }
-    __syncthreads();
-    for (int e = tid; e < 16 * r; e += kPrepThreads) {
-      const int ii = e / r, j = e - ii * r;
-      const int i = r + ii;
-      float s = 0.f;
-      for (int kk = 0; kk <= ii; ++kk) s += Ti[i * kLdA + r + kk] * Mb[kk * kLdA + j];
-      Ti[i * kLdA + j] = -s;
-    }
-    __syncthreads();
-  }
+  __syncthreads();
+  if (warp < 2) inv_offdiag_block<!kIs16<T>>(Ti, Akk, Mb + 16 * warp, warp + 2, warp);  // level 2
+  __syncthreads();
+  if (warp == 0) inv_offdiag_block<!kIs16<T>>(Ti, Akk, Mb, 3, 0);                       // level 3
+  __syncthreads();
 
+  // [backward] optional export of T = M^-1 (complete here; zeros above the diagonal)
+  if (p.Ainv) {
+    T* out = static_cast<T*>(p.Ainv) + blk * kC * kC;
+    for (int e = tid; e < kC * kC / 2; e += kPrepThreads) {
+      const int i = e >> 5, j = 2 * (e & 31);
+      store2<T>(out + i * kC + j, j <= i ? Ti[i * kLdA + j] : 0.f, j + 1 <= i ? Ti[i * kLdA + j + 1] : 0.f);
+    }
+  }
   // ---- 5. W = T (β exp(γ) k), U = T (β v): warp = (row tile mt, column half)
-  const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
   if constexpr (kIs16<T>) {
-    // β v staged in the (now free) Akk area when it fits (V <= 128)
+    // β v staged in the (now free) Akk area when it fits (V <= 128), from the registers
     T* Vst = reinterpret_cast<T*>(smem + L.akk);
-    const int ldv = V + pad_elems<T>();
-    const bool vstage = kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
     if (vstage) {
-      constexpr int per = 8;
-      const int pieces = V / per;
-      for (int e = tid; e < kC * pieces; e += kPrepThreads) {
-        const int j = e / pieces, d = (e - j * pieces) * per;
-        uint4 u = make_uint4(0, 0, 0, 0);
-        if (j < Lc) {
-          u = *reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(j) * HV * V + d);
-          T* x = reinterpret_cast<T*>(&u);
+      const int lvp = 31 - __clz(vpieces);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = u * kPrepThreads + tid, j = e >> lvp, d = (e & (vpieces - 1)) * per;
+        if (e < kC * vpieces) {
+          uint4 w = vreg[u];
+          T* x = reinterpret_cast<T*>(&w);
           const float b = bet[j];
 #pragma unroll
           for (int m = 0; m < per; ++m) x[m] = from_f<T>(b * to_f(x[m]));
+          *reinterpret_cast<uint4*>(Vst + j * ldv + d) = w;
         }
-        *reinterpret_cast<uint4*>(Vst + j * ldv + d) = u;
       }
       __syncthreads();
     }
@@ -563,7 +750,7 @@ __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prep_kernel(const PrepP
     T* Wout = static_cast<T*>(p.W) + blk * kC * K;
     for (int n0 = half * (K / 2); n0 < (half + 1) * (K / 2); n0 += 32) {
       auto bw = [&](int j, int d) -> float {
-        return bet[j] * rk[j] * to_f(ks[j * ldk + d]) * __expf(gam[j * ldg + (VEC ? d : 0)]);
+        return bet[j] * rk[j] * to_f(ks[j * ldk + d]) * __expf(gm(j, d));
       };
       float acc[1][4][4];
       zero_acc(acc);

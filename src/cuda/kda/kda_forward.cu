@@ -7,8 +7,8 @@ cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream
   return launch_prep_dispatch<true>(dtype, p, smem, s);
 }
 
-std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem) {
-  return static_cast<std::size_t>(PrepSmem(K, dtype == 2 ? 4 : 2, q_in_smem).total);
+std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate) {
+  return static_cast<std::size_t>(PrepSmem(K, dtype == 2 ? 4 : 2, q_in_smem, vec_gate).total);
 }
 
 }  // namespace linattn::cuda::kern

@@ -326,6 +326,9 @@ def parse_args(argv=None):
     p.add_argument("--linattn-path", default=None, help="prepended to sys.path before importing linattn")
     p.add_argument("--fla-path", default=None, help="directory holding fla/ (default: third_party_ref)")
     p.add_argument("--fla-commit", default=None, help="FLA commit, for the report")
+    p.add_argument("--render", default=None, metavar="RESULTS_JSON",
+                   help="run nothing: write --report from an existing results.json (plots beside it are "
+                        "linked, not redrawn); how the committed BENCHMARKS.md at the repo root is made")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     args.dry_run_timings = args.dry_run
@@ -373,8 +376,28 @@ def fmt_ms(res: dict) -> str:
     return f"{res['median_ms']:.3f} ms" if res.get("status") == "ok" else res.get("status", "?")
 
 
+def render(json_path: str, report_path: str) -> int:
+    """BENCHMARKS.md from a results.json written by an earlier run, plot links made relative to
+    the report's folder."""
+    with open(json_path) as f:
+        doc = json.load(f)
+    src = os.path.dirname(os.path.abspath(json_path))
+    plots_json = os.path.join(src, "plots.json")
+    if os.path.exists(plots_json):
+        with open(plots_json) as f:
+            doc["plots"] = json.load(f)
+    rel = os.path.relpath(src, os.path.dirname(os.path.abspath(report_path)))
+    if rel != "." and doc.get("plots"):
+        doc["plots"] = [dict(p, file=os.path.join(rel, p["file"])) if p.get("file") else p for p in doc["plots"]]
+    report.write_markdown(doc, report_path)
+    print(f"wrote {report_path} from {json_path}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return render(args.render, args.report or "BENCHMARKS.md")
     os.makedirs(args.out, exist_ok=True)
     cuda = torch.cuda.is_available() and not args.dry_run and not args.cpu_only
     if not args.cpu_only and not args.dry_run and not args.smoke and not torch.cuda.is_available():

@@ -55,6 +55,11 @@ def test_dry_run(tmp):
     check("DRY RUN" in md and "do not edit by hand" in md, "dry-run report is labelled")
     pngs = [f for f in os.listdir(out) if f.endswith(".png")]
     check(len(pngs) == len(variants), f"one plot per variant ({len(pngs)})")
+    rendered = os.path.join(tmp, "BENCHMARKS.md")
+    rc = run_benchmarks.main(["--render", os.path.join(out, "results.json"), "--report", rendered])
+    rmd = open(rendered).read()
+    check(rc == 0 and rmd.count("](dry/") == len(pngs) and "do not edit by hand" in rmd,
+          "--render rewrites the report elsewhere with the plot links adjusted")
 
 
 def test_status_paths():

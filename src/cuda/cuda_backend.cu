@@ -3,11 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <string>
-#include <vector>
 
 #include "common/backend.hpp"
 #include "cuda/common/chunk_bwd.hpp"
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/chunk_map.hpp"
 
 namespace linattn::cuda {
 namespace {
@@ -117,26 +117,19 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
 
-  // chunk and sequence maps, built on the host from the validated offsets
-  std::vector<kern::ChunkInfo> chunks(static_cast<std::size_t>(p.num_chunks));
-  std::vector<kern::SeqInfo> seqs(static_cast<std::size_t>(p.N));
-  for (int64_t n = 0; n < p.N; ++n) {
-    const int64_t len = p.seq_len(n);
-    seqs[n] = {static_cast<int32_t>(p.cu[n]), static_cast<int32_t>(len),
-               static_cast<int32_t>(p.chunk_offsets[n]), 0};
-    for (int64_t c = p.chunk_offsets[n]; c < p.chunk_offsets[n + 1]; ++c) {
-      const int64_t off = (c - p.chunk_offsets[n]) * kC;
-      chunks[c] = {static_cast<int32_t>(p.cu[n] + off), static_cast<int32_t>(std::min<int64_t>(kC, len - off))};
-    }
+  // chunk and sequence maps, built on the device (no host copy: no stream sync, graph-capturable)
+  {
+    kern::MapParams mp{};
+    mp.cu = p.varlen ? in.cu_seqlens.data : nullptr;
+    mp.cu_int64 = p.varlen && in.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
+    mp.N = static_cast<int>(p.N);
+    mp.T = static_cast<int>(p.T);
+    mp.num_chunks = static_cast<int>(p.num_chunks);
+    mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + lay.seqs);
+    mp.chunks = reinterpret_cast<kern::ChunkInfo*>(base + lay.chunks);
+    e = kern::launch_chunk_maps(mp, st);
+    if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
-  if (!chunks.empty()) {
-    e = cudaMemcpyAsync(base + lay.chunks, chunks.data(), chunks.size() * sizeof(kern::ChunkInfo),
-                        cudaMemcpyHostToDevice, st);
-    if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (chunk map)", e);
-  }
-  e = cudaMemcpyAsync(base + lay.seqs, seqs.data(), seqs.size() * sizeof(kern::SeqInfo),
-                      cudaMemcpyHostToDevice, st);
-  if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (sequence map)", e);
 
   // ---- kernel 1: chunk-local preparation
   if (p.num_chunks > 0) {

@@ -66,6 +66,7 @@ struct Case {
   DType dt = DType::kBFloat16;
   int64_t B = 1, T = 64, H = 2, HV = 2, K = 64, V = 64;
   std::vector<int64_t> cu;  // varlen when non-empty (B must be 1)
+  bool cu64 = false;         // cu_seqlens as int64 (torch's default) instead of int32
   GateMode gate = GateMode::kLogsigmoid;
   bool dt_bias = true;
   bool l2norm = true;
@@ -129,8 +130,11 @@ Inputs make_inputs(const Case& c) {
   else fill_uniform(x.beta, 0.05, 1.0);
   x.N = c.cu.empty() ? B : int64_t(c.cu.size()) - 1;
   if (!c.cu.empty()) {
-    x.cu = HostTensor(DType::kInt32, {x.N + 1});
-    for (int64_t i = 0; i <= x.N; ++i) static_cast<int32_t*>(x.cu.view.data)[i] = int32_t(c.cu[i]);
+    x.cu = HostTensor(c.cu64 ? DType::kInt64 : DType::kInt32, {x.N + 1});
+    for (int64_t i = 0; i <= x.N; ++i) {
+      if (c.cu64) static_cast<int64_t*>(x.cu.view.data)[i] = c.cu[i];
+      else static_cast<int32_t*>(x.cu.view.data)[i] = int32_t(c.cu[i]);
+    }
     x.NT = 0;
     for (int64_t i = 0; i < x.N; ++i) x.NT += (c.cu[i + 1] - c.cu[i] + 63) / 64;
   } else {
@@ -412,6 +416,7 @@ TEST(CudaForward, VarlenLayout) {
       c.dt = dt;
       c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
       c.T = 8192;
+      c.cu64 = dt == DType::kFloat32;  // the device-built chunk map reads int32 and int64 offsets
       c.H = 4;
       c.HV = 4;
       c.K = 128;

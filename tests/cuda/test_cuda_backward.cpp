@@ -292,22 +292,53 @@ Worst& worst() {
   return w;
 }
 
-void check_case(const Case& c, bool api = false) {
-  SCOPED_TRACE(c.name());
+// The chunked backward forced on 16-bit inputs (opt-in there: the automatic choice is the token
+// replay). dq, dk, dv and dh0 meet SPEC's 1e-2. dβ and dg (per token) are held to 5e-2 (measured
+// worst 1.6e-2); dA_log and ddt_bias (one sum over all tokens, ill-conditioned in the 16-bit
+// intermediates: measured 1.8e-2 and 8.6e-2, up to 0.2 in an emulation) only to 0.5, which still
+// catches a wrong sign, scale or term. Why: chunk_bwd.cu and docs/chunked_backward.md.
+double chunked16_bound(int i, double tol) {
+  if (i == 3 || i == 4) return 5e-2;   // dg, dbeta
+  if (i == 5 || i == 6) return 0.5;    // dA_log, ddt_bias
+  return tol;
+}
+
+struct Worst16Chunked {
+  double err[2][8] = {};  // [fp16, bf16][gradient]
+  ~Worst16Chunked() {
+    const char* dn[2] = {"fp16", "bf16"};
+    for (int d = 0; d < 2; ++d) {
+      bool any = false;
+      for (double e : err[d]) any |= e > 0;
+      if (!any) continue;
+      std::printf("[worst rel err %s, chunked forced]", dn[d]);
+      for (int i = 0; i < 8; ++i) std::printf(" %s %.2e", kGradNames[i], err[d][i]);
+      std::printf("\n");
+    }
+  }
+};
+
+void check_case(const Case& c, bool api = false, bool force_chunked = false) {
+  SCOPED_TRACE(c.name() + (force_chunked ? " [chunked forced]" : ""));
   const Inputs x = make_inputs(c);
   Grads got, ref;
+  if (force_chunked) cuda::set_token_backward(0);
   Status s = run_cuda(c, x, &got, api);
+  if (force_chunked) cuda::set_token_backward(-1);
   if (api && s.code == StatusCode::kNotSupported) GTEST_SKIP() << "public CUDA backward not wired: " << s.message;
   ASSERT_TRUE(s.ok()) << s.message;
   s = run_reference(c, x, &ref);
   ASSERT_TRUE(s.ok()) << s.message;
   const double tol = tolerance_for(c.dt);
   const int di = c.dt == DType::kFloat16 ? 0 : (c.dt == DType::kBFloat16 ? 1 : 2);
+  static Worst16Chunked w16;
+  const bool loose = force_chunked && c.dt != DType::kFloat32;
   for (int i = 0; i < 8; ++i) {
     if (!got.at(i)->present()) continue;
     const double e = rel_err(*got.at(i), *ref.at(i));
-    EXPECT_LE(e, tol) << kGradNames[i];
-    worst().err[di][i] = std::max(worst().err[di][i], e);
+    EXPECT_LE(e, loose ? chunked16_bound(i, tol) : tol) << kGradNames[i];
+    if (loose) w16.err[di][i] = std::max(w16.err[di][i], e);
+    else worst().err[di][i] = std::max(worst().err[di][i], e);
   }
 }
 
@@ -460,6 +491,117 @@ TEST(CudaBackward, SmallDeterministic) {
   }
 }
 
+TEST(CudaBackward, SmallLongOdd) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN})
+    for (DType dt : kDtypes) {
+      Case c;
+      c.fam = fam;
+      c.dt = dt;
+      c.T = 1500;
+      c.H = 1;
+      c.HV = 2;
+      c.dht = true;
+      c.gate = Gate::kSoftplus;  // strong decays: dh0 would be e^-hundreds (below float16/32)
+      c.beta_sigmoid = true;
+      check_case(c);
+      c.gate = Gate::kLogsigmoid;
+      c.h0 = true;
+      c.beta_sigmoid = false;
+      check_case(c);
+    }
+}
+
+// The varlen layout (15 sequences, 8192 tokens) at a small head count.
+TEST(CudaBackward, VarlenLong) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN}) {
+    Case c;
+    c.fam = fam;
+    c.dt = DType::kBFloat16;
+    c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
+    c.T = 8192;
+    c.H = 1;
+    c.HV = 1;
+    c.h0 = true;
+    c.dht = true;
+    c.v_first = fam == Family::kGDN;
+    c.gate = fam == Family::kKDA ? Gate::kLowerBound : Gate::kSoftplus;
+    c.safe_gate = fam == Family::kKDA;
+    c.beta_sigmoid = true;
+    check_case(c);
+  }
+}
+
+// The chunked backward against the token replay (an independent algorithm on the same GPU).
+TEST(CudaBackward, SmallChunkedMatchesTokenReplay) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN})
+    for (DType dt : kDtypes) {
+      Case c;
+      c.fam = fam;
+      c.dt = dt;
+      c.B = 2;
+      c.T = 150;
+      c.H = 1;
+      c.HV = 2;
+      c.K = 64;
+      c.V = 128;
+      c.h0 = true;
+      c.dht = true;
+      c.gate = Gate::kSoftplus;
+      SCOPED_TRACE(c.name());
+      const Inputs x = make_inputs(c);
+      Grads a, b;
+      cuda::set_token_backward(1);
+      Status s1 = run_cuda(c, x, &a);
+      cuda::set_token_backward(0);
+      Status s2 = run_cuda(c, x, &b);
+      cuda::set_token_backward(-1);
+      ASSERT_TRUE(s1.ok()) << s1.message;
+      ASSERT_TRUE(s2.ok()) << s2.message;
+      for (int i = 0; i < 8; ++i) {
+        if (!a.at(i)->present()) continue;
+        const double tol = tolerance_for(dt);
+        EXPECT_LE(rel_err(*b.at(i), *a.at(i)), dt == DType::kFloat32 ? tol : chunked16_bound(i, tol))
+            << kGradNames[i];
+      }
+    }
+}
+
+// The chunked form on 16-bit inputs, where it is opt-in (LINATTN_CUDA_BWD=chunked).
+TEST(CudaBackward, ChunkedSixteenBit) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN})
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (Case c : option_cases(fam)) {
+        c.dt = dt;
+        check_case(c, false, true);
+      }
+      for (int64_t T : {1, 63, 65, 1500}) {
+        Case c;
+        c.fam = fam;
+        c.dt = dt;
+        c.T = T;
+        c.h0 = true;
+        c.dht = true;
+        check_case(c, false, true);
+      }
+      Case c;
+      c.fam = fam;
+      c.dt = dt;
+      c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
+      c.T = 8192;
+      c.H = 1;
+      c.HV = 1;
+      c.h0 = true;
+      c.dht = true;
+      c.beta_sigmoid = true;
+      if (fam == Family::kKDA) c.gate = Gate::kLowerBound;
+      check_case(c, false, true);
+    }
+}
+
 TEST(CudaBackward, SmallPublicApi) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -496,9 +638,16 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   c.beta_sigmoid = true;
   const Inputs x = make_inputs(c);
   Grads g;
-  double ms = 0;
-  Status s = run_cuda(c, x, &g, false, &ms);
+  double ms = 0, token_ms = 0;
+  cuda::set_token_backward(1);  // the automatic choice for bf16
+  Status s = run_cuda(c, x, &g, false, &token_ms);
   ASSERT_TRUE(s.ok()) << s.message;
+  cuda::set_token_backward(0);  // chunked (opt-in for bf16)
+  s = run_cuda(c, x, &g, false, &ms);
+  cuda::set_token_backward(-1);
+  ASSERT_TRUE(s.ok()) << s.message;
+  std::printf("[bench] KDA B2 T8192 H32 K128 V128 bf16 backward: token replay (automatic for bf16) %.3f ms, "
+              "chunked %.3f ms\n", token_ms, ms);
   // finite gradients
   for (int i = 0; i < 3; ++i) {
     const HostTensor& t = *g.at(i);
@@ -528,8 +677,30 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
       fwd_ms = t / 5;
     }
   }
-  std::printf("[bench] KDA B2 T8192 H32 K128 V128 bf16: backward %.3f ms, forward %.3f ms, fwd+bwd %.3f ms "
+  std::printf("[bench] KDA B2 T8192 H32 K128 V128 bf16: chunked backward %.3f ms, forward %.3f ms, fwd+bwd %.3f ms "
               "(FLA fwd+bwd on H200: 9.99 ms)\n", ms, fwd_ms, ms + fwd_ms);
+  {  // backward workspace and the peak: inputs + gradients + workspace
+    detail::Problem p;
+    Grads g2 = make_grads(c, x, false);
+    std::vector<DBuf> keep2;
+    BackwardOutputs bo = out_views(g2, false, keep2);
+    BackwardInputs bi = in_views(x, false, keep2);
+    if (detail::resolve_backward(c.fam, bi, bo, opt, &p).ok()) {
+      cuda::set_token_backward(1);
+      const double ws_token = double(cuda::backward_kda_gdn_workspace_bytes(p));
+      cuda::set_token_backward(0);
+      const double wsb = double(cuda::backward_kda_gdn_workspace_bytes(p));
+      cuda::set_token_backward(-1);
+      std::printf("[bench] token-replay backward workspace %.3f GiB\n", ws_token / (1 << 30));
+      double io = 0;
+      for (const HostTensor* h : {&x.q, &x.k, &x.v, &x.g, &x.beta, &x.A_log, &x.dt_bias, &x.d_o})
+        if (h->present()) io += double(h->bytes.size());
+      for (int i = 0; i < 8; ++i)
+        if (g2.at(i)->present()) io += double(g2.at(i)->bytes.size());
+      std::printf("[bench] chunked backward workspace %.3f GiB, inputs+gradients %.3f GiB, peak %.3f GiB (bar 5.55 GiB)\n",
+                  wsb / (1 << 30), io / (1 << 30), (wsb + io) / (1 << 30));
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <memory>
@@ -143,12 +145,27 @@ double bench_one(Family fam, int64_t H, int64_t HV, bool safe, bool steep) {
   return ts[ts.size() / 2];
 }
 
+// LINATTN_BENCH_ONLY=name[,name...] (kda, kda_steep, kda_safe_gate, gdn) runs a subset (profiling).
+bool selected(const char* name) {
+  const char* only = std::getenv("LINATTN_BENCH_ONLY");
+  if (!only || !*only) return true;
+  const std::size_t n = std::strlen(name);
+  for (const char* s = only; *s;) {
+    const char* e = std::strchr(s, ',');
+    const std::size_t len = e ? static_cast<std::size_t>(e - s) : std::strlen(s);
+    if (len == n && std::strncmp(s, name, n) == 0) return true;
+    if (!e) break;
+    s = e + 1;
+  }
+  return false;
+}
+
 TEST(CudaBench, DISABLED_Forward) {
   if (!linattn::cuda_available()) GTEST_SKIP() << "no GPU";
-  bench_one(Family::kKDA, 32, 32, false, false);
-  bench_one(Family::kKDA, 32, 32, false, true);
-  bench_one(Family::kKDA, 32, 32, true, true);
-  bench_one(Family::kGDN, 16, 32, false, false);
+  if (selected("kda")) bench_one(Family::kKDA, 32, 32, false, false);
+  if (selected("kda_steep")) bench_one(Family::kKDA, 32, 32, false, true);
+  if (selected("kda_safe_gate")) bench_one(Family::kKDA, 32, 32, true, true);
+  if (selected("gdn")) bench_one(Family::kGDN, 16, 32, false, false);
 }
 
 }  // namespace

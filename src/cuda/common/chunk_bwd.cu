@@ -4,10 +4,15 @@
 #include "cuda/common/chunk_bwd.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda/common/chunk_bwd.cuh"
+#include "cuda/common/chunk_map.hpp"
 
 namespace linattn::cuda {
 namespace bwd {
@@ -306,6 +311,66 @@ struct Plan {
   }
 };
 
+// Workspace of the chunked (WY) backward, byte offsets. At issue 5's reference shape (KDA bf16,
+// B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks, 16384 tokens):
+//   W, U/dY, Qg, KgT 4 x 134 MB; Aqk, Ainv 2 x 67 MB; gexp 4 MB;
+//   h, dh (float32) 2 x 537 MB; vnew, dN 2 x 134 MB; pq, pk, pg 3 x 268 MB; pb 2 MB
+//   total ~2.96 GB; with q, k, v, dO, g, β and the gradients (~1.5 GB) ~4.4 GB = 4.1 GiB < 5.55 GiB.
+// U is dead after chunk_state, so dY (pass 2 scratch) takes its place; draw (ddt_bias rows) and
+// da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per block).
+struct ChunkPlan {
+  std::size_t seqs = 0, chunks = 0, W = 0, U = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0,
+              dh = 0, dN = 0, pq = 0, pk = 0, pg = 0, pb = 0, total = 0;
+  int KG = 1;
+  int64_t tokens = 0;
+  explicit ChunkPlan(const detail::Problem& p) {
+    KG = p.vector_gate ? static_cast<int>(p.K) : 1;
+    tokens = p.B * p.T;
+    const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
+    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
+    const std::size_t T = static_cast<std::size_t>(tokens);
+    const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
+    std::size_t o = 0;
+    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
+    chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
+    W = o; o = align_up(o + nb * kC * K * es);
+    U = o; o = align_up(o + nb * kC * V * es);
+    Qg = o; o = align_up(o + nb * kC * K * es);
+    KgT = o; o = align_up(o + nb * kC * K * es);
+    Aqk = o; o = align_up(o + nb * kC * kC * es);
+    Ainv = o; o = align_up(o + nb * kC * kC * es);
+    gexp = o; o = align_up(o + nb * K * 4);
+    h = o; o = align_up(o + nb * K * V * 4);
+    vnew = o; o = align_up(o + nb * kC * V * es);
+    dh = o; o = align_up(o + nb * K * V * 4);
+    dN = o; o = align_up(o + nb * kC * V * es);
+    pq = o; o = align_up(o + T * p.HV * K * 4);
+    pk = o; o = align_up(o + T * p.HV * K * 4);
+    pg = o; o = align_up(o + T * p.HV * K * 4);
+    pb = o; o = align_up(o + T * p.HV * 4);
+    total = o;
+  }
+};
+
+constexpr std::size_t kNoChunkMap = ~std::size_t{0};  // build_maps: sequence map only
+
+// -1: automatic (LINATTN_CUDA_BWD=token|chunked overrides); 0: chunked; 1: token replay.
+std::atomic<int> g_token_mode{-1};
+// Automatic choice: the chunked form for float32 inputs; the token replay (float32 throughout)
+// for 16-bit inputs, because the chunked form's 16-bit intermediates (K⊙F, U, V_new, dN, dS⁺
+// operands) put dβ and the gate-parameter gradients (dA_log, ddt_bias: one sum over all tokens,
+// ill-conditioned) above SPEC's 1e-2 on some inputs (measured 1.6e-2 / 1.8e-2; an emulation of
+// the kernels finds worse draws). The chunked form stays selectable for 16-bit inputs.
+bool use_token_path(const detail::Problem& p) {
+  const int m = g_token_mode.load(std::memory_order_relaxed);
+  if (m >= 0) return m != 0;
+  if (const char* e = std::getenv("LINATTN_CUDA_BWD")) {
+    if (std::strcmp(e, "token") == 0) return true;
+    if (std::strcmp(e, "chunked") == 0) return false;
+  }
+  return p.dtype != DType::kFloat32;
+}
+
 Status supported(const detail::Problem& p) {
   if (p.family != Family::kKDA && p.family != Family::kGDN)
     return Status::Unsupported("CUDA backward: KDA and GDN only");
@@ -329,9 +394,11 @@ unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8)
 }  // namespace
 }  // namespace bwd
 
+void set_token_backward(int mode) { bwd::g_token_mode.store(mode < 0 ? -1 : (mode ? 1 : 0)); }
+
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
   if (!bwd::supported(p).ok()) return 0;
-  return bwd::Plan(p).total;
+  return bwd::use_token_path(p) ? bwd::Plan(p).total : bwd::ChunkPlan(p).total;
 }
 
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
@@ -339,8 +406,9 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   using namespace bwd;
   Status s = supported(p);
   if (!s.ok()) return s;
-  const Plan pl(p);
-  if (ws.bytes < pl.total || (pl.total > 0 && ws.data == nullptr))
+  const bool token = use_token_path(p);
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p).total;
+  if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
   int prev_dev = 0;
   cudaError_t e = cudaGetDevice(&prev_dev);
@@ -356,18 +424,22 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
-  const int64_t tokens = pl.tokens;
+  const int64_t tokens = p.B * p.T;
   const ForwardInputs& f = in.fwd;
 
-  std::vector<SeqInfo> seqs(static_cast<std::size_t>(p.N));
-  for (int64_t n = 0; n < p.N; ++n)
-    seqs[n] = {static_cast<int32_t>(p.cu[n]), static_cast<int32_t>(p.seq_len(n)),
-               static_cast<int32_t>(p.chunk_offsets[n]), 0};
-  if (!seqs.empty()) {
-    // pageable source: the copy is staged before the call returns
-    e = cudaMemcpyAsync(base + pl.seqs, seqs.data(), seqs.size() * sizeof(SeqInfo), cudaMemcpyHostToDevice, st);
-    if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (sequence map)", e);
-  }
+  // Chunk and sequence maps, built on the device (no host copy: no stream sync, graph-capturable).
+  static_assert(sizeof(SeqInfo) == sizeof(kern::SeqInfo), "bwd::SeqInfo mirrors kern::SeqInfo");
+  auto build_maps = [&](std::size_t seqs_off, std::size_t chunks_off) -> cudaError_t {
+    kern::MapParams mp{};
+    mp.cu = p.varlen ? f.cu_seqlens.data : nullptr;
+    mp.cu_int64 = p.varlen && f.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
+    mp.N = static_cast<int>(p.N);
+    mp.T = static_cast<int>(p.T);
+    mp.num_chunks = chunks_off == kNoChunkMap ? 0 : static_cast<int>(p.num_chunks);
+    mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + seqs_off);
+    mp.chunks = chunks_off == kNoChunkMap ? nullptr : reinterpret_cast<kern::ChunkInfo*>(base + chunks_off);
+    return kern::launch_chunk_maps(mp, st);
+  };
 
   GateArgs ga{};
   switch (p.gate_tf.kind) {
@@ -385,86 +457,292 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   const int beta_mode = p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0;
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
 
-  float* qn = reinterpret_cast<float*>(base + pl.qn);
-  float* kn = reinterpret_cast<float*>(base + pl.kn);
-  float* ev = reinterpret_cast<float*>(base + pl.e);
-  float* bt = reinterpret_cast<float*>(base + pl.bt);
+  // What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
+  // the per-token rows of the column sums.
+  float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
+  int NS = 1, KG = 1;
 
-  if (tokens > 0) {
-    prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
-                                                              static_cast<int>(p.K), l2);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
-    prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
-        p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
-        dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
+  if (token) {
+    const Plan pl(p);
+    NS = pl.NS;
+    KG = pl.KG;
+    if ((e = build_maps(pl.seqs, kNoChunkMap)) != cudaSuccess) return cuda_error("sequence map launch", e);
+    float* qn = reinterpret_cast<float*>(base + pl.qn);
+    float* kn = reinterpret_cast<float*>(base + pl.kn);
+    float* ev = reinterpret_cast<float*>(base + pl.e);
+    float* bt = reinterpret_cast<float*>(base + pl.bt);
+    if (tokens > 0) {
+      prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
+                                                                static_cast<int>(p.K), l2);
+      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
+      prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
+          p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
+          dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
+      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
+    }
+    TokenParams tp{};
+    tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+    tp.qn = qn;
+    tp.kn = kn;
+    tp.e = ev;
+    tp.bt = bt;
+    tp.v = f.v.data;
+    tp.d_o = in.d_o.data;
+    tp.v_dt = dt;
+    tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+    tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+    tp.dht = in.dht.present() ? in.dht.data : nullptr;
+    tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+    tp.h = reinterpret_cast<float*>(base + pl.h);
+    tp.dv = out.dv.data;
+    tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+    tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+    tp.pq = reinterpret_cast<float*>(base + pl.pq);
+    tp.pk = reinterpret_cast<float*>(base + pl.pk);
+    tp.pg = reinterpret_cast<float*>(base + pl.pg);
+    tp.pb = reinterpret_cast<float*>(base + pl.pb);
+    tp.tokens = tokens;
+    tp.N = static_cast<int>(p.N);
+    tp.H = static_cast<int>(p.H);
+    tp.HV = static_cast<int>(p.HV);
+    tp.G = static_cast<int>(p.G);
+    tp.K = static_cast<int>(p.K);
+    tp.V = static_cast<int>(p.V);
+    tp.KG = pl.KG;
+    tp.NS = pl.NS;
+    tp.tiles_per_split = pl.tps;
+    tp.v_first = p.opt.state_v_first ? 1 : 0;
+    tp.scale = static_cast<float>(p.scale);
+    if (p.N > 0) {
+      if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
+      if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
+    }
+    pq = tp.pq;
+    pk = tp.pk;
+    pg = tp.pg;
+    pb = tp.pb;
+    draw = reinterpret_cast<float*>(base + pl.draw);
+    da = reinterpret_cast<float*>(base + pl.da);
+  } else {
+    const ChunkPlan pl(p);
+    KG = pl.KG;
+    if ((e = build_maps(pl.seqs, pl.chunks)) != cudaSuccess) return cuda_error("chunk map launch", e);
+    const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
+    // LINATTN_BWD_PROFILE=1: per-stage times on stderr (synchronises; for benchmarks only)
+    const bool prof = std::getenv("LINATTN_BWD_PROFILE") != nullptr;
+    std::vector<cudaEvent_t> evs;
+    auto mark = [&]() {
+      if (!prof) return;
+      cudaEvent_t ev;
+      cudaEventCreate(&ev);
+      cudaEventRecord(ev, st);
+      evs.push_back(ev);
+    };
+    struct ProfPrint {
+      std::vector<cudaEvent_t>* evs;
+      ~ProfPrint() {
+        if (evs->empty()) return;
+        cudaEventSynchronize(evs->back());
+        const char* names[] = {"prep", "state", "pass1", "pass2"};
+        for (std::size_t i = 1; i < evs->size(); ++i) {
+          float ms = 0;
+          cudaEventElapsedTime(&ms, (*evs)[i - 1], (*evs)[i]);
+          std::fprintf(stderr, "[bwd profile] %s %.3f ms\n", i - 1 < 4 ? names[i - 1] : "?", ms);
+        }
+        for (cudaEvent_t e : *evs) cudaEventDestroy(e);
+      }
+    } prof_print{&evs};
+    mark();
+    const auto* chunk_map = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
+    const auto* seq_map = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+    constexpr std::size_t kMaxSmem = 227 * 1024;
+    if (p.num_chunks > 0) {
+      // ---- recompute the forward's chunk intermediates, plus M⁻¹
+      kern::PrepParams pp{};
+      pp.q = f.q.data;
+      pp.k = f.k.data;
+      pp.v = f.v.data;
+      pp.g = f.g.data;
+      pp.g_dt = dtype_code(f.g.dtype);
+      pp.beta = f.beta.data;
+      pp.beta_dt = dtype_code(f.beta.dtype);
+      pp.A_log = ga.A_log;
+      pp.alog_dt = ga.alog_dt;
+      pp.dt_bias = ga.dt_bias;
+      pp.dtb_dt = ga.dtb_dt;
+      pp.chunks = chunk_map;
+      pp.num_chunks = static_cast<int>(p.num_chunks);
+      pp.H = static_cast<int>(p.H);
+      pp.HV = static_cast<int>(p.HV);
+      pp.G = static_cast<int>(p.G);
+      pp.K = K;
+      pp.V = V;
+      pp.scale = static_cast<float>(p.scale);
+      pp.l2norm = l2;
+      pp.beta_mode = beta_mode;
+      pp.gate_kind = ga.kind;
+      pp.lower_bound = ga.lower_bound;
+      pp.has_alog = ga.has_alog;
+      pp.has_dtb = ga.has_dtb;
+      std::size_t smem = kern::prep_smem_bytes(dt, K, true);
+      pp.q_in_smem = 1;
+      if (smem > 200 * 1024) {
+        smem = kern::prep_smem_bytes(dt, K, false);
+        pp.q_in_smem = 0;
+      }
+      pp.W = base + pl.W;
+      pp.U = base + pl.U;
+      pp.Qg = base + pl.Qg;
+      pp.KgT = base + pl.KgT;
+      pp.Aqk = base + pl.Aqk;
+      pp.gexp = reinterpret_cast<float*>(base + pl.gexp);
+      pp.Ainv = base + pl.Ainv;
+      e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem), st)
+                                   : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem), st);
+      if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward)", e);
+      mark();
+
+      // ---- chunk-start states h (float32) and V_new; no output
+      kern::StateParams sp{};
+      sp.W = base + pl.W;
+      sp.U = base + pl.U;
+      sp.Qg = base + pl.Qg;
+      sp.KgT = base + pl.KgT;
+      sp.Aqk = base + pl.Aqk;
+      sp.gexp = reinterpret_cast<const float*>(base + pl.gexp);
+      sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
+      sp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+      sp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+      sp.ht = nullptr;
+      sp.ht_dt = 2;
+      sp.h = base + pl.h;
+      sp.h_dt = 2;
+      sp.o = nullptr;
+      sp.vnew = base + pl.vnew;
+      sp.N = static_cast<int>(p.N);
+      sp.HV = static_cast<int>(p.HV);
+      sp.K = K;
+      sp.V = V;
+      sp.v_first = p.opt.state_v_first ? 1 : 0;
+      int stages = 2;
+      smem = kern::state_smem_bytes(dt, K, 2);
+      if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, K, 1); }
+      if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, K, 0); }
+      sp.stages = stages;
+      e = kern::launch_state(dt, sp, static_cast<int>(smem), st);
+      if (e != cudaSuccess) return cuda_error("chunk_state launch (backward)", e);
+      mark();
+    }
+    if (p.N > 0) {
+      // ---- pass 1: dh, dN (sequential over chunks), dh0
+      DhParams dp{};
+      dp.Aqk = base + pl.Aqk;
+      dp.KgT = base + pl.KgT;
+      dp.Qg = base + pl.Qg;
+      dp.W = base + pl.W;
+      dp.gexp = reinterpret_cast<const float*>(base + pl.gexp);
+      dp.d_o = in.d_o.data;
+      dp.seqs = seq_map;
+      dp.dht = in.dht.present() ? in.dht.data : nullptr;
+      dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+      dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+      dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+      dp.dh = reinterpret_cast<float*>(base + pl.dh);
+      dp.dN = base + pl.dN;
+      dp.N = static_cast<int>(p.N);
+      dp.HV = static_cast<int>(p.HV);
+      dp.K = K;
+      dp.V = V;
+      dp.v_first = p.opt.state_v_first ? 1 : 0;
+      int stages = 2;
+      std::size_t smem = dh_smem_bytes(dt, K, 2);
+      if (smem > kMaxSmem) { stages = 1; smem = dh_smem_bytes(dt, K, 1); }
+      if (smem > kMaxSmem) { stages = 0; smem = dh_smem_bytes(dt, K, 0); }
+      if (stages == 0 && dt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+      dp.stages = stages;
+      if ((e = launch_dh(dt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
+      mark();
+    }
+    if (p.num_chunks > 0) {
+      // ---- pass 2: chunk-parallel gradients
+      WyParams wp{};
+      wp.chunks = chunk_map;
+      wp.q = f.q.data;
+      wp.k = f.k.data;
+      wp.v = f.v.data;
+      wp.d_o = in.d_o.data;
+      wp.beta = f.beta.data;
+      wp.beta_dt = dtype_code(f.beta.dtype);
+      wp.beta_mode = beta_mode;
+      wp.gate.g = f.g.data;
+      wp.gate.g_dt = dtype_code(f.g.dtype);
+      wp.gate.kind = ga.kind;
+      wp.gate.lower_bound = ga.lower_bound;
+      wp.gate.has_alog = ga.has_alog;
+      wp.gate.has_dtb = ga.has_dtb;
+      wp.gate.A_log = ga.A_log;
+      wp.gate.alog_dt = ga.alog_dt;
+      wp.gate.dt_bias = ga.dt_bias;
+      wp.gate.dtb_dt = ga.dtb_dt;
+      wp.Ainv = base + pl.Ainv;
+      wp.vnew = base + pl.vnew;
+      wp.h = reinterpret_cast<const float*>(base + pl.h);
+      wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
+      wp.dh = reinterpret_cast<const float*>(base + pl.dh);
+      wp.dN = base + pl.dN;
+      wp.dY = base + pl.U;  // U is dead after chunk_state
+      wp.dv = out.dv.data;
+      wp.pq = reinterpret_cast<float*>(base + pl.pq);
+      wp.pk = reinterpret_cast<float*>(base + pl.pk);
+      wp.pg = reinterpret_cast<float*>(base + pl.pg);
+      wp.pb = reinterpret_cast<float*>(base + pl.pb);
+      wp.num_chunks = static_cast<int>(p.num_chunks);
+      wp.H = static_cast<int>(p.H);
+      wp.HV = static_cast<int>(p.HV);
+      wp.G = static_cast<int>(p.G);
+      wp.K = K;
+      wp.V = V;
+      wp.scale = static_cast<float>(p.scale);
+      wp.l2norm = l2;
+      if ((e = launch_wy(dt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
+      mark();
+    }
+    pq = reinterpret_cast<float*>(base + pl.pq);
+    pk = reinterpret_cast<float*>(base + pl.pk);
+    pg = reinterpret_cast<float*>(base + pl.pg);
+    pb = reinterpret_cast<float*>(base + pl.pb);
+    draw = reinterpret_cast<float*>(base + pl.h);  // h and dh are dead after pass 2
+    da = reinterpret_cast<float*>(base + pl.dh);
   }
 
-  TokenParams tp{};
-  tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
-  tp.qn = qn;
-  tp.kn = kn;
-  tp.e = ev;
-  tp.bt = bt;
-  tp.v = f.v.data;
-  tp.d_o = in.d_o.data;
-  tp.v_dt = dt;
-  tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
-  tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
-  tp.dht = in.dht.present() ? in.dht.data : nullptr;
-  tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
-  tp.h = reinterpret_cast<float*>(base + pl.h);
-  tp.dv = out.dv.data;
-  tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
-  tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-  tp.pq = reinterpret_cast<float*>(base + pl.pq);
-  tp.pk = reinterpret_cast<float*>(base + pl.pk);
-  tp.pg = reinterpret_cast<float*>(base + pl.pg);
-  tp.pb = reinterpret_cast<float*>(base + pl.pb);
-  tp.tokens = tokens;
-  tp.N = static_cast<int>(p.N);
-  tp.H = static_cast<int>(p.H);
-  tp.HV = static_cast<int>(p.HV);
-  tp.G = static_cast<int>(p.G);
-  tp.K = static_cast<int>(p.K);
-  tp.V = static_cast<int>(p.V);
-  tp.KG = pl.KG;
-  tp.NS = pl.NS;
-  tp.tiles_per_split = pl.tps;
-  tp.v_first = p.opt.state_v_first ? 1 : 0;
-  tp.scale = static_cast<float>(p.scale);
-
-  if (p.N > 0) {
-    if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
-    if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
-  }
-
+  // ---- finish: sums over the GVA group (and V splits), transforms backwards, column sums
   if (tokens > 0) {
-    finish_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(tp.pq, tp.pk, f.q.data, f.k.data, out.dq.data,
-                                                                out.dk.data, dt, tokens, tp.H, tp.G, tp.HV, tp.K,
-                                                                pl.NS, l2);
+    finish_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(pq, pk, f.q.data, f.k.data, out.dq.data, out.dk.data,
+                                                                dt, tokens, static_cast<int>(p.H),
+                                                                static_cast<int>(p.G), static_cast<int>(p.HV),
+                                                                static_cast<int>(p.K), NS, l2);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_qk launch", e);
   }
 
   const bool want_dtb = out.ddt_bias.present() && p.has_g;
   const bool want_da = out.dA_log.present() && p.has_g;
   FinishGB fg{};
-  fg.pg = tp.pg;
-  fg.pb = tp.pb;
+  fg.pg = pg;
+  fg.pb = pb;
   fg.g = p.has_g ? f.g.data : nullptr;
   fg.g_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
   fg.dg = out.dg.present() ? out.dg.data : nullptr;
-  fg.draw = want_dtb ? reinterpret_cast<float*>(base + pl.draw) : nullptr;
-  fg.da = want_da ? reinterpret_cast<float*>(base + pl.da) : nullptr;
+  fg.draw = want_dtb ? draw : nullptr;
+  fg.da = want_da ? da : nullptr;
   fg.beta = f.beta.data;
   fg.beta_dt = dtype_code(f.beta.dtype);
   fg.beta_mode = beta_mode;
   fg.dbeta = out.dbeta.present() ? out.dbeta.data : nullptr;
   fg.tokens = tokens;
-  fg.HV = tp.HV;
-  fg.K = tp.K;
-  fg.KG = pl.KG;
-  fg.NS = pl.NS;
+  fg.HV = static_cast<int>(p.HV);
+  fg.K = static_cast<int>(p.K);
+  fg.KG = KG;
+  fg.NS = NS;
   fg.has_g = p.has_g ? 1 : 0;
   fg.ga = ga;
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta)) {
@@ -472,7 +750,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
   if (out.ddt_bias.present()) {
-    const int C = static_cast<int>(p.HV * pl.KG);
+    const int C = static_cast<int>(p.HV * KG);
     colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.draw, want_dtb ? tokens : 0, C, out.ddt_bias.data,
                                                   dtype_code(out.ddt_bias.dtype));
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);

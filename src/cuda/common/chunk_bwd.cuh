@@ -1,6 +1,16 @@
 // Kernels of the CUDA delta-rule backward (KDA, GDN): parameters, dtype helpers, launchers.
 //
-// Design (first, correctness-first version; float32 throughout):
+// Two paths; the automatic choice (chunk_bwd.hpp) is the chunked form for float32 inputs and the
+// token replay for 16-bit inputs until the chunked form's 16-bit precision meets SPEC's bar.
+// The chunked WY backward on tensor cores (chunk_bwd_wy.cu; docs/chunked_backward.md):
+//   0. the forward's chunk_prep (W, U, Qg, KgT, Aqk, gexp and M⁻¹) and chunk_state (h: the
+//      float32 state before each chunk, V_new; no output) recompute the chunk intermediates;
+//   1. dh_kernel (sequential over chunks, like chunk_state): dh = dL/dS after each chunk, dN;
+//   2. wy_kernel (one CTA per chunk and value head): dv and per-value-head float32 partials
+//      dq, dk (w.r.t. the normalised q, k), dg (seed 001 + reverse cumsum), dβ;
+//   3. bwd_finish_* / bwd_colsum below (NS = 1).
+// Token replay (set_token_backward(1) or LINATTN_CUDA_BWD=token; automatic for 16-bit inputs),
+// slower, float32 throughout, an independent check of the chunked form:
 //   1. bwd_prep_*     token-parallel: q̂, k̂ (in-kernel l2norm applied), e = exp(g̃) (the gate
 //                     after the in-kernel transform) and β̃ (after the sigmoid), as float32.
 //   2. bwd_state_fwd  one CTA per (V tile of 16 columns, value head, sequence), one thread per
@@ -20,17 +30,17 @@
 //   4. bwd_finish_*   sums the partials over splits and the G value heads in a fixed order and
 //                     applies the transforms backwards (l2norm, gate, beta);
 //      bwd_colsum     sums dA_log / ddt_bias contributions over tokens in a fixed order.
-// No atomics anywhere: gradients are bitwise reproducible for a given problem.
-//
-// Next step (speed): replace 2-3 with the seeds' chunked form (WY backward on tensor cores,
-// dh carried by a chunk-sequential pass, dq/dk/dg chunk-parallel; dg from the final dq, dk).
+// No atomics anywhere (either path): gradients are bitwise reproducible for a given problem.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "cuda/common/chunk_fwd.hpp"
 
 namespace linattn::cuda::bwd {
 
@@ -88,5 +98,66 @@ struct TokenParams {
 
 cudaError_t launch_state_fwd(const TokenParams& p, cudaStream_t s);
 cudaError_t launch_token_bwd(const TokenParams& p, cudaStream_t s);
+
+// ---------------------------------------------------------------- chunked (WY) backward
+// (chunk_bwd_wy.cu). The forward's kernels first recompute W, U, Qg, KgT, Aqk, gexp, M⁻¹
+// (chunk_prep, Ainv output) and the chunk-start states h plus V_new (chunk_state, h / vnew
+// outputs, O skipped). Then:
+//   pass 1  dh_kernel: one CTA per (V tile, value head, sequence), chunks last to first, the
+//           dS tile in float32 registers: stores dh[c] = dL/dS after chunk c (float32) and
+//           dN = dL/dV_new (compute type); dh0 at the end.
+//   pass 2  wy_kernel: one CTA per (chunk, value head): dv (final) and this value head's
+//           float32 partials dq, dk, dg, dβ (NS = 1) for the finish kernels.
+
+struct DhParams {
+  const void *Aqk, *KgT, *Qg, *W;  // compute type, per (chunk, hv) block
+  const float* gexp;               // [blocks][K]
+  const void* d_o;                 // [tokens][HV][V]
+  const SeqInfo* seqs;
+  const void* dht;  // optional [N][HV][K][V] (or [V][K])
+  int dht_dt;
+  void* dh0;        // optional
+  int dh0_dt;
+  float* dh;        // [blocks][K][V]
+  void* dN;         // [blocks][64][V], compute type
+  int N, HV, K, V, v_first, stages;
+};
+
+struct WyGate {
+  const void* g;
+  int g_dt;
+  int kind;  // 0 identity, 1 softplus, 2 lower bound
+  float lower_bound;
+  int has_alog, has_dtb;
+  const void* A_log;
+  int alog_dt;
+  const void* dt_bias;
+  int dtb_dt;
+};
+
+struct WyParams {
+  const kern::ChunkInfo* chunks;
+  const void *q, *k, *v, *d_o;  // inputs, compute type
+  const void* beta;
+  int beta_dt, beta_mode;
+  WyGate gate;
+  const void* Ainv;  // [blocks][64][64]
+  const void* vnew;  // [blocks][64][V]
+  const float* h;    // [blocks][K][V] ([V][K] when h_vfirst)
+  int h_vfirst;
+  const float* dh;   // [blocks][K][V]
+  const void* dN;    // [blocks][64][V]
+  void* dY;          // scratch [blocks][64][V]
+  void* dv;          // output [tokens][HV][V]
+  float *pq, *pk, *pg, *pb;  // partials [tokens][HV][K] (pb [tokens][HV])
+  int num_chunks, H, HV, G, K, V;
+  float scale;
+  int l2norm;
+};
+
+int dh_v_tile(int dtype);
+std::size_t dh_smem_bytes(int dtype, int K, int stages);
+cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
+cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 
 }  // namespace linattn::cuda::bwd

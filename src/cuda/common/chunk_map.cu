@@ -58,7 +58,7 @@ cudaError_t launch_chunk_maps(const MapParams& p, cudaStream_t s) {
   if (p.N <= 0) return cudaSuccess;
   seq_map_kernel<<<1, kScanThreads, 0, s>>>(p);
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || p.num_chunks <= 0) return e;
+  if (e != cudaSuccess || p.num_chunks <= 0 || p.chunks == nullptr) return e;
   constexpr int kThreads = 256;
   chunk_map_kernel<<<(p.num_chunks + kThreads - 1) / kThreads, kThreads, 0, s>>>(p);
   return cudaGetLastError();

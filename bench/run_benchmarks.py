@@ -69,8 +69,11 @@ def environment(args, ours: impls.Impl, fla: impls.Impl, device: torch.device) -
         "pytorch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
         "linattn_version": ours.version,
-        "linattn_commit": _run(["git", "rev-parse", "HEAD"], REPO),
-        "linattn_tree_dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], REPO)),
+        # LINATTN_COMMIT (set by scripts/gpu_bench.sh from .device/LINATTN_COMMIT) names the commit
+        # whose tree was sent to a machine whose own git metadata may be stale
+        "linattn_commit": os.environ.get("LINATTN_COMMIT") or _run(["git", "rev-parse", "HEAD"], REPO),
+        "linattn_tree_dirty": (False if os.environ.get("LINATTN_COMMIT") else
+                               bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], REPO))),
         "fla_version": fla.version,
         "fla_commit": args.fla_commit or os.environ.get("FLA_COMMIT") or "unknown",
     }

@@ -24,6 +24,10 @@ mkdir -p "$out/results"
 t0=$SECONDS
 
 bash scripts/gpu_setup.sh --deps-only
+# linattn's commit, for the report: the device machine's git metadata can be older than the tree
+# it was sent, so the caller writes `git rev-parse HEAD > .device/LINATTN_COMMIT` (on a clean
+# tree) before the call.
+[ -f .device/LINATTN_COMMIT ] && export LINATTN_COMMIT=$(cat .device/LINATTN_COMMIT)
 # FLA's commit, for the report (written beside the carried copy: third_party_ref/FLA_COMMIT)
 [ -f third_party_ref/FLA_COMMIT ] && export FLA_COMMIT=$(cat third_party_ref/FLA_COMMIT)
 export TRITON_CACHE_DIR=/tmp/triton-cache TRITON_CACHE_AUTOTUNING=1

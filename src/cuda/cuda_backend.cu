@@ -2,6 +2,7 @@
 // GLA and simple GLA are refused for now; the KDA/GDN backward lives in common/chunk_bwd.*.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "common/backend.hpp"
@@ -32,6 +33,43 @@ Status cuda_error(const char* what, cudaError_t e) {
   return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
 }
 
+// The fused state pass's V tile. One CTA per (sequence, value head, V tile) runs the whole
+// sequence, one CTA per SM. With tiles of 64 and at most half as many CTAs as SMs (B = 1, few
+// heads) the latency-bound pass would leave half the GPU idle, so 16-bit types then take tiles of
+// 32 (twice the CTAs). Measured on an H200 (K = V = 128, HV = 32, bf16): B = 1, T = 8192 GDN
+// 0.768 -> 0.650 ms, KDA 1.113 -> 0.998; at B = 2 (128 CTAs of 64) tiles of 32 lose (1.033 ->
+// 1.285 ms GDN with two stages one CTA per SM, 1.146 single-staged two per SM).
+// LINATTN_FUSED_VT=32|64 forces the tile (tests use it to cover both).
+struct FusedTile {
+  int vt, stages;
+  std::size_t smem;
+};
+
+FusedTile fused_tile(int dt, int K, int V, int HV, int N, int sms, bool rows) {
+  int vt = 32;
+  if (dt != 2) {
+    const int64_t ctas64 = static_cast<int64_t>(V / 64) * HV * N;
+    vt = 2 * ctas64 <= sms ? 32 : 64;
+    if (const char* e = std::getenv("LINATTN_FUSED_VT")) vt = std::atoi(e) == 32 ? 32 : 64;
+  }
+  for (int stages = 2; stages > 0; --stages) {
+    const std::size_t b = kern::state_smem_bytes(dt, K, stages, vt, rows);
+    if (b <= kMaxSmem) return {vt, stages, b};
+  }
+  return {vt, 0, kern::state_smem_bytes(dt, K, 0, vt, rows)};
+}
+
+int sm_count(int device) {
+  static int cached[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (cached[device] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
+    cached[device] = n;
+  }
+  return cached[device];
+}
+
 Status supported(const Problem& p) {
   if (p.family != Family::kKDA && p.family != Family::kGDN) {
     return Status::Unsupported(std::string("CUDA forward for ") + family_name(p.family) +
@@ -57,21 +95,28 @@ Status supported(const Problem& p) {
   return Status::Ok();
 }
 
-// Workspace carve-up (byte offsets).
+// GDN with 16-bit inputs: the fused state pass reads the raw q / k rows and per-row factors
+// instead of Qg and KgT (scalar gate: the decay of a row is one number). Measured on an H200,
+// B=2, T=8192, H=16, HV=32, K=V=128 bf16: see bench/NOTES_cuda_forward.md (v9).
+bool raw_rows(const Problem& p) { return p.family == Family::kGDN && p.dtype != DType::kFloat32; }
+
+// Workspace carve-up (byte offsets). Raw-row mode: no Qg / KgT, [2][64] row factors per block.
 struct WsLayout {
-  std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, total;
+  std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, total;
   explicit WsLayout(const Problem& p) {
     const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;  // (chunk, head) blocks
+    const bool rows = raw_rows(p);
     std::size_t o = 0;
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
     W = o; o = align_up(o + nb * kC * p.K * es);
     U = o; o = align_up(o + nb * kC * p.V * es);
-    Qg = o; o = align_up(o + nb * kC * p.K * es);
-    KgT = o; o = align_up(o + nb * kC * p.K * es);
+    Qg = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
+    KgT = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
     Aqk = o; o = align_up(o + nb * kC * kC * es);
     gexp = o; o = align_up(o + nb * p.K * 4);
+    rowfac = o; o = align_up(o + (rows ? nb * 2 * kC * 4 : 0));
     total = o;
   }
 };
@@ -172,8 +217,12 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.W = base + lay.W;
     pp.U = base + lay.U;
-    pp.Qg = base + lay.Qg;
-    pp.KgT = base + lay.KgT;
+    if (raw_rows(p)) {
+      pp.rowfac = reinterpret_cast<float*>(base + lay.rowfac);
+    } else {
+      pp.Qg = base + lay.Qg;
+      pp.KgT = base + lay.KgT;
+    }
     pp.Aqk = base + lay.Aqk;
     pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
     e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem), st)
@@ -186,8 +235,16 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     kern::StateParams sp{};
     sp.W = base + lay.W;
     sp.U = base + lay.U;
-    sp.Qg = base + lay.Qg;
-    sp.KgT = base + lay.KgT;
+    if (raw_rows(p)) {
+      sp.q_raw = in.q.data;
+      sp.k_raw = in.k.data;
+      sp.rowfac = reinterpret_cast<const float*>(base + lay.rowfac);
+      sp.H = static_cast<int>(p.H);
+      sp.G = static_cast<int>(p.G);
+    } else {
+      sp.Qg = base + lay.Qg;
+      sp.KgT = base + lay.KgT;
+    }
     sp.Aqk = base + lay.Aqk;
     sp.gexp = reinterpret_cast<const float*>(base + lay.gexp);
     sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + lay.seqs);
@@ -205,12 +262,11 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.K = static_cast<int>(p.K);
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
-    int stages = 2;
-    std::size_t smem = kern::state_smem_bytes(dt, sp.K, 2, true);
-    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, sp.K, 1, true); }
-    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, sp.K, 0, true); }
-    sp.stages = stages;
-    e = kern::launch_state(dt, sp, static_cast<int>(smem), st);
+    const FusedTile ft = fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, sm_count(p.device.index), raw_rows(p));
+    sp.fused_vt = ft.vt;
+    sp.stages = ft.stages;
+    if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
+    e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
   }
   return Status::Ok();

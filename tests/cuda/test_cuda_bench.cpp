@@ -51,7 +51,10 @@ void fill_dev(void* p, DType dt, int64_t n, int mode, int slot) {
 // dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)); steep = A_log ~ U(0, 2.7), dt_bias ~ N(0, 1)
 // (per-token gates down to about -15: most 16-token diagonal blocks take the exact per-element path).
 double bench_one(Family fam, int64_t H, int64_t HV, bool safe, bool steep) {
-  const int64_t B = 2, T = 8192, K = 128, V = 128;
+  // LINATTN_BENCH_B / LINATTN_BENCH_T: other batch sizes and lengths (default the reference 2 x 8192)
+  const char* eb = std::getenv("LINATTN_BENCH_B");
+  const char* et = std::getenv("LINATTN_BENCH_T");
+  const int64_t B = eb ? std::atoll(eb) : 2, T = et ? std::atoll(et) : 8192, K = 128, V = 128;
   const int rot = 4;
   const DType bf = DType::kBFloat16;
   const bool kda = fam == Family::kKDA;
@@ -136,9 +139,9 @@ double bench_one(Family fam, int64_t H, int64_t HV, bool safe, bool steep) {
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   std::sort(ts.begin(), ts.end());
-  std::printf("linattn %-14s %.3f ms  (min %.3f)  workspace %.0f MiB\n",
-              kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda")) : "gdn", ts[ts.size() / 2], ts[0],
-              wsb / 1048576.0);
+  std::printf("linattn %-14s B=%lld T=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n",
+              kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda")) : "gdn", static_cast<long long>(B),
+              static_cast<long long>(T), ts[ts.size() / 2], ts[0], wsb / 1048576.0);
   std::fflush(stdout);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -7,7 +7,8 @@
 //                   the unit-lower-triangular inverse (diagonal 16x16 blocks by substitution in
 //                   registers, off-diagonal blocks by levels on the TF32 tensor cores), and
 //                   W = A (exp(γ) ⊙ K), U = A V (tensor cores). Writes W, U, Qg = scale q ⊙ exp(γ),
-//                   Kgᵀ = (k ⊙ exp(γ_C - γ))ᵀ, Aqk = scale tril(Q Kᵀ ⊙ decay) and exp(γ_C).
+//                   Kgᵀ = (k ⊙ exp(γ_C - γ))ᵀ, Aqk = scale tril(Q Kᵀ ⊙ decay) and exp(γ_C)
+//                   (scalar gate, 16-bit: the row factors of Qg and Kgᵀ instead of the two matrices).
 //   2. chunk_state  one CTA per (sequence, value head, V tile of 32), sequential over the
 //                   sequence's chunks, state in registers (float32): V_new = U - W S,
 //                   S = exp(γ_C) ⊙ S + Kgᵀ V_new, with the next chunk's operands prefetched by
@@ -16,8 +17,10 @@
 //   3. chunk_out    one CTA per (chunk, value head, V tile of 64), chunk-parallel:
 //                   O = Qg S_c + Aqk V_new (launched by launch_state when o and hs are given).
 //   2'. chunk_fused the forward's default instead of 2 + 3: one CTA per (sequence, value head,
-//                   V tile of 64), V_new, O = Qg S + Aqk V_new and the S update in one sequential
-//                   pass (half the bytes of 2 + 3).
+//                   V tile of 64, or 32 when tiles of 64 would leave SMs idle), V_new,
+//                   O = Qg S + Aqk V_new and the S update in one sequential pass (half the bytes
+//                   of 2 + 3). Scalar gate, 16-bit: reads the raw q / k rows and the row factors
+//                   (O = f_q ⊙ (q S) + Aqk V_new, S = e^{γ_C} S + kᵀ (f_k ⊙ V_new)).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +59,10 @@ struct PrepParams {
   // [backward] optional: M^-1 = (I + tril(diag(β) K Kᵀ ⊙ decay, -1))^-1 per (chunk, hv), [64][64]
   // row-major in the compute type, zeros above the diagonal; null = not written.
   void* Ainv = nullptr;
+  // Scalar gate, 16-bit only: with Qg and KgT null, the per-row factors of the fused state pass's
+  // raw-row mode are written instead, per (chunk, hv) [2][64] floats: s r_q,i e^{γ_i} (Qg = that
+  // times q_i) and r_k,i e^{γ_C - γ_i} (KgT's column i = that times k_i); 0 past the chunk's end.
+  float* rowfac = nullptr;
 };
 
 struct StateParams {
@@ -85,6 +92,17 @@ struct StateParams {
   void* hs = nullptr;
   const ChunkInfo* chunks = nullptr;
   int num_chunks = 0;
+  // The fused kernel's V tile: 64 or 32 for 16-bit types, 32 for float32 (the caller picks it,
+  // with the shared memory from state_smem_bytes(.., fused_vt)).
+  int fused_vt = 0;
+  // Fused kernel, scalar gate, 16-bit, staged (stages > 0): with q_raw / k_raw set it reads the raw
+  // q and k rows ([tokens][H][K]) and PrepParams::rowfac instead of Qg and KgT, applying the row
+  // factors to O's rows and to V_new (S += kᵀ (f ⊙ V_new)): no Qg / KgT round trip, and the value
+  // heads of one key head read the same rows (GVA). Qg and KgT may then be null.
+  const void* q_raw = nullptr;
+  const void* k_raw = nullptr;
+  const float* rowfac = nullptr;
+  int H = 0, G = 1;
 };
 
 // dtype codes: 0 fp16, 1 bf16, 2 fp32.
@@ -94,11 +112,12 @@ cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream
 cudaError_t launch_prep_gdn(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 
 int state_v_tile(int dtype);
-// fused_o: the size for the fused kernel (o set, hs null); otherwise the recurrence's.
-std::size_t state_smem_bytes(int dtype, int K, int stages, bool fused_o = false);
+// fused_vt > 0: the size for the fused kernel with that V tile (o set, hs null; raw_rows: q_raw
+// set); 0: the recurrence's.
+std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt = 0, bool raw_rows = false);
 // o null: the recurrence alone (kernel 2). o and hs set: the recurrence, then the output kernel
 // (kernel 3). o set, hs null: the fused kernel 2' (V_new, O and the S update in one pass; the
-// forward's default, faster at the reference shape; smem from state_smem_bytes(.., true)).
+// forward's default, faster at the reference shape; smem from state_smem_bytes(.., fused_vt)).
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s);
 
 }  // namespace linattn::cuda::kern

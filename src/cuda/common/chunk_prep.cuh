@@ -588,6 +588,14 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     for (int ii = 0; ii < 16; ++ii) Ti[(base + ii) * kLdA + base + cc] = tcol[ii];
   } else {
     const int tq = tid - 64, nq = kPrepThreads - 64;
+    if (!VEC && p.Qg == nullptr) {
+      // scalar gate, raw-row state pass: only the row factors of Qg and KgT (see PrepParams::rowfac)
+      float* rf = p.rowfac + blk * 2 * kC;
+      for (int i = tq; i < kC; i += nq) {
+        rf[i] = i < Lc ? p.scale * rq[i] * __expf(gam[i]) : 0.f;
+        rf[kC + i] = i < Lc ? rk[i] * __expf(gam[kC - 1] - gam[i]) : 0.f;
+      }
+    } else {
     // Qg = scale q exp(γ) [64][K]
     {
       T* out = static_cast<T*>(p.Qg) + blk * kC * K;
@@ -608,6 +616,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d)),
                   rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d)));
       }
+    }
     }
   }
   __syncthreads();

@@ -38,12 +38,12 @@ struct StateLayout {
 template <class T, int K, int VT>
 struct FusedLayout {
   static constexpr int P = pad_of<T>();
-  static constexpr int ldw = K + P;      // W, Qg rows [64][K]
+  static constexpr int ldw = K + P;      // W, Qg (or raw q) rows [64][K]; raw k rows [64][K] at kt_off
   static constexpr int ldkt = kC + P;    // KgT rows [K][64]
   static constexpr int lda = kC + P;     // Aqk rows [64][64]
   static constexpr int ldu = VT + P;     // U rows [64][VT]
   static constexpr int lds = K + P;      // S^T [VT][K]
-  static constexpr int ldv = kC + P;     // V_new^T [VT][64]
+  static constexpr int ldv = kC + P;     // V_new^T [VT][64] (and f ⊙ V_new, raw-row mode)
   static constexpr int es = sizeof(T);
   static constexpr int w_off = 0;
   static constexpr int q_off = w_off + kC * ldw * es;
@@ -51,8 +51,11 @@ struct FusedLayout {
   static constexpr int a_off = kt_off + K * ldkt * es;
   static constexpr int u_off = a_off + kC * lda * es;
   static constexpr int ge_off = u_off + kC * ldu * es;
-  static constexpr int stage = ge_off + K * 4;
+  static constexpr int rf_off = ge_off + K * 4;  // row factors [2][64] (raw-row mode)
+  static constexpr int stage = rf_off + 2 * kC * 4;
   static constexpr int fixed = VT * lds * es + VT * ldv * es;
+  static constexpr int fixed_rows = fixed + VT * ldv * es;  // + (f ⊙ V_new)^T in raw-row mode
+  static_assert(kC * ldw <= K * ldkt, "raw k rows fit KgT's area");
 };
 
 template <class T, int K>
@@ -77,6 +80,30 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// 16-byte copy reading `bytes` (0 or 16) from global memory and zero-filling the rest.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+// ROWS rows of COLS elements (global row stride gld) into smem (stride sld); rows at or past
+// `valid` are zero-filled without reading global memory (the last chunk of a sequence).
+template <class T, int ROWS, int COLS, int NT>
+__device__ __forceinline__ void rows_copy(T* dst, int sld, const T* src, int64_t gld, int valid, int tid) {
+  constexpr int per = 16 / sizeof(T);
+  constexpr int ppr = COLS / per;
+  constexpr int total = ROWS * ppr;
+  static_assert(NT % ppr == 0 && total % NT == 0, "tile shape");
+  constexpr int rstep = NT / ppr;
+  const int r0 = tid / ppr, cpe = (tid % ppr) * per;
+#pragma unroll
+  for (int it = 0; it < total / NT; ++it) {
+    const int r = r0 + it * rstep;
+    const bool ok = r < valid;
+    cp_async16_zfill(dst + r * sld + cpe, src + (ok ? r : 0) * gld + cpe, ok ? 16 : 0);
+  }
+}
 
 // Copies a ROWS x COLS tile (row-major, global stride gld) into smem (stride sld) in 16-byte
 // pieces, NT threads; shapes at compile time (shifts, unrolled).
@@ -339,7 +366,8 @@ __global__ void __launch_bounds__(kOutThreads) chunk_out_kernel(const StateParam
 }
 
 // The fused variant (the forward's default): V_new, O = Qg S + Aqk V_new and the S update in one
-// sequential pass (V tiles of 64 for 16-bit types, 32 for float32; one CTA per SM). Measured faster
+// sequential pass (V tiles of 64 or 32 for 16-bit types, 32 for float32; one CTA per SM). In
+// raw-row mode (GDN, 16-bit) Qg and KgT are replaced by the raw q / k rows and their row factors. Measured faster
 // than the split recurrence + output kernel at the reference shape (0.52 vs 0.39 + 0.20 ms, H200):
 // it moves half the bytes (no S_c / V_new round trip).
 template <class T, int K, int VT>
@@ -358,6 +386,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   unsigned char* fixed = smem + (stages > 0 ? stages * Lay::stage : 0);
   T* Ss = reinterpret_cast<T*>(fixed);                                  // S^T [VT][K]
   T* Vs = reinterpret_cast<T*>(fixed + VT * Lay::lds * Lay::es);        // V_new^T [VT][64]
+  T* Vk = Vs + VT * Lay::ldv;                                           // (f ⊙ V_new)^T, raw-row mode
+  // raw-row mode (scalar gate, 16-bit): q / k rows and row factors instead of Qg / KgT
+  const bool rows = kIs16<T> && stages > 0 && p.q_raw != nullptr;
+  const int hk = hv / p.G;
 
   // state tile layout over warps: WM x WN warps, each MI x NI m16n8 tiles
   constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
@@ -407,8 +439,23 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
     unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
     tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
-    tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, tid);
-    tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
+    if constexpr (kIs16<T>) {
+      if (rows) {
+        const int valid = min(kC, si.len - ci * kC);
+        const int64_t rs = static_cast<int64_t>(p.H) * K;
+        const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * K;
+        rows_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
+                                      static_cast<const T*>(p.q_raw) + r0, rs, valid, tid);
+        rows_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
+                                      static_cast<const T*>(p.k_raw) + r0, rs, valid, tid);
+        tile_copy<float, 1, 2 * kC, kThreads>(reinterpret_cast<float*>(st + Lay::rf_off), 2 * kC,
+                                              p.rowfac + blk * 2 * kC, 2 * kC, tid);
+      }
+    }
+    if (!rows) {
+      tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, tid);
+      tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
+    }
     tile_copy<T, kC, kC, kThreads>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, tid);
     tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
     tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
@@ -439,6 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
     // operand views for this chunk
     RowOp<T> Wop, Qop, KTop, Aop, Uop;
     const float* gex;
+    const float* rf = nullptr;  // raw-row mode: [0, 64) O's row factors, [64, 128) V_new's
     if (stages > 0) {
       if (stages == 2 && ci + 1 < nch) {
         issue(ci + 1);
@@ -454,6 +502,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
       Aop = {reinterpret_cast<const T*>(st + Lay::a_off), Lay::lda};
       Uop = {reinterpret_cast<const T*>(st + Lay::u_off), Lay::ldu};
       gex = reinterpret_cast<const float*>(st + Lay::ge_off);
+      rf = reinterpret_cast<const float*>(st + Lay::rf_off);
+      if (rows) KTop.ld = Lay::ldw;  // k rows, token-major
     } else {
       Wop = {Wg + blk * kC * K, K};
       Qop = {Qgg + blk * kC * K, K};
@@ -480,6 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
           const int i = tm0 + g + (e >= 2 ? 8 : 0), vv = tn0 + 8 * ni + 2 * t + (e & 1);
           const float vn = Uop.at(i, vv) - acc[0][ni][e];
           Vs[vv * Lay::ldv + i] = from_f<T>(vn);
+          if (rows) Vk[vv * Lay::ldv + i] = from_f<T>(rf[kC + i] * vn);
           if (p.vnew) static_cast<T*>(p.vnew)[(blk * kC + i) * V + v0 + vv] = from_f<T>(vn);  // [backward]
         }
     }
@@ -490,6 +541,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
       zero_acc(acc);
       if (smem_ops) {
         warp_mma_sm<T, 1, NT>(acc, Qop.p, Qop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
+        if (rows) {  // raw q rows: Qg's row factor on the product
+          const float f0 = rf[tm0 + g], f1 = rf[tm0 + g + 8];
+#pragma unroll
+          for (int ni = 0; ni < NT; ++ni) {
+            acc[0][ni][0] *= f0; acc[0][ni][1] *= f0;
+            acc[0][ni][2] *= f1; acc[0][ni][3] *= f1;
+          }
+        }
         warp_mma_sm<T, 1, NT>(acc, Aop.p, Aop.ld, Vs, Lay::ldv, tm0, tn0, 0, tm0 + 16);
       } else {
         warp_mma<T, 1, NT>(acc, Qop, Sop, tm0, tn0, 0, K);
@@ -517,7 +576,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
         S[mi][ni][2] *= d1; S[mi][ni][3] *= d1;
       }
     }
-    if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
+    if (rows) warp_mma_sm_ak<T, MI, NI>(S, KTop.p, KTop.ld, Vk, Lay::ldv, sm0, sn0, 0, kC);  // kᵀ (f ⊙ V_new)
+    else if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
     else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
     __syncthreads();
     write_ss();
@@ -536,16 +596,24 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   }
 }
 
+template <class T, int K, int VF>
+cudaError_t launch_fused(const StateParams& p, int smem, cudaStream_t s) {
+  auto kernel = chunk_fused_kernel<T, K, VF>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(p.V / VF, p.HV, p.N);
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
 template <class T, int K>
 cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s) {
   if (p.o && !p.hs) {  // fused: V_new, O and the S update in one pass
-    constexpr int VF = kIs16<T> ? 64 : 32;
-    auto kernel = chunk_fused_kernel<T, K, VF>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    dim3 grid(p.V / VF, p.HV, p.N);
-    kernel<<<grid, kThreads, smem, s>>>(p);
-    return cudaGetLastError();
+    if constexpr (kIs16<T>) {
+      if (p.fused_vt == 64) return launch_fused<T, K, 64>(p, smem, s);
+    }
+    if (p.fused_vt != 32) return cudaErrorInvalidValue;
+    return launch_fused<T, K, 32>(p, smem, s);
   }
   {
     auto kernel = chunk_state_kernel<T, K, kVT>;
@@ -578,17 +646,28 @@ cudaError_t launch_k(const StateParams& p, int smem, cudaStream_t s) {
   }
 }
 
-template <class T>
-std::size_t smem_k(int K, int stages, bool fused) {
-  auto f = [&](auto lay) -> std::size_t {
+template <class L>
+std::size_t smem_of(int stages) {
+  return static_cast<std::size_t>(stages) * L::stage + L::fixed;
+}
+
+template <class T, int K>
+std::size_t smem_kk(int stages, int fused_vt, bool raw_rows) {
+  auto fused = [&](auto lay) -> std::size_t {
     using L = decltype(lay);
-    return static_cast<std::size_t>(stages) * L::stage + L::fixed;
+    return static_cast<std::size_t>(stages) * L::stage + (raw_rows ? L::fixed_rows : L::fixed);
   };
-  constexpr int VF = kIs16<T> ? 64 : 32;
+  if (fused_vt == 64) return fused(FusedLayout<T, K, 64>{});
+  if (fused_vt == 32) return fused(FusedLayout<T, K, 32>{});
+  return smem_of<StateLayout<T, K, kVT>>(stages);
+}
+
+template <class T>
+std::size_t smem_k(int K, int stages, int fused_vt, bool raw_rows) {
   switch (K) {
-    case 64: return fused ? f(FusedLayout<T, 64, VF>{}) : f(StateLayout<T, 64, kVT>{});
-    case 128: return fused ? f(FusedLayout<T, 128, VF>{}) : f(StateLayout<T, 128, kVT>{});
-    default: return fused ? f(FusedLayout<T, 256, VF>{}) : f(StateLayout<T, 256, kVT>{});
+    case 64: return smem_kk<T, 64>(stages, fused_vt, raw_rows);
+    case 128: return smem_kk<T, 128>(stages, fused_vt, raw_rows);
+    default: return smem_kk<T, 256>(stages, fused_vt, raw_rows);
   }
 }
 
@@ -596,11 +675,11 @@ std::size_t smem_k(int K, int stages, bool fused) {
 
 int state_v_tile(int) { return kVT; }
 
-std::size_t state_smem_bytes(int dtype, int K, int stages, bool fused_o) {
+std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt, bool raw_rows) {
   switch (dtype) {
-    case 0: return smem_k<__half>(K, stages, fused_o);
-    case 1: return smem_k<__nv_bfloat16>(K, stages, fused_o);
-    default: return smem_k<float>(K, stages, fused_o);
+    case 0: return smem_k<__half>(K, stages, fused_vt, raw_rows);
+    case 1: return smem_k<__nv_bfloat16>(K, stages, fused_vt, raw_rows);
+    default: return smem_k<float>(K, stages, fused_vt, raw_rows);
   }
 }
 

@@ -51,11 +51,12 @@ def chunk_kda(
 ):
     r"""Chunked KDA, forward and backward (a drop-in for ``fla.ops.kda.chunk_kda``).
 
-    CUDA backward: the chunked form on tensor cores for float32 inputs; for bfloat16 / float16
-    inputs a float32 token replay (slower, within SPEC's 1e-2 on every gradient) until the
-    chunked form's 16-bit precision meets that bar. ``LINATTN_CUDA_BWD=chunked`` selects the
-    chunked form for 16-bit inputs too (faster; dβ and the A_log / dt_bias gradients can then
-    miss 1e-2), ``LINATTN_CUDA_BWD=token`` the replay.
+    CUDA backward: the chunked form on tensor cores, computed in float32 for every input dtype
+    (bfloat16 / float16 inputs are widened to float32 in its workspace; gradients come back in
+    the inputs' dtypes). ``LINATTN_CUDA_BWD`` picks another path: ``chunked16`` computes in the
+    16-bit input type (faster, smaller workspace; dβ and the A_log / dt_bias gradients can then
+    miss SPEC's 1e-2), ``token`` runs a float32 token replay (slower), ``chunked`` is the
+    default; any other value is an error (``ValueError``).
 
     Shapes (``HV`` value heads, a multiple of the ``H`` query/key heads; with
     ``cu_seqlens``, ``B`` is 1 and ``N`` sequences are packed along ``T``, otherwise

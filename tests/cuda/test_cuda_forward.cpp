@@ -185,8 +185,9 @@ ForwardInputs views(const Inputs& x, bool dev, std::vector<DevBuf>& keep, const 
   return in;
 }
 
-// Runs the CUDA forward; outputs copied back to host tensors.
-Status run_cuda(const Case& c, const Inputs& x, Result* r, cudaStream_t stream = nullptr) {
+// Runs the CUDA forward; outputs copied back to host tensors. graph: the call is captured into a
+// CUDA graph (global capture mode, as frameworks capture) on a fresh stream and the graph launched.
+Status run_cuda(const Case& c, const Inputs& x, Result* r, cudaStream_t stream = nullptr, bool graph = false) {
   std::vector<DevBuf> keep;
   keep.reserve(32);
   ForwardInputs in = views(x, true, keep, nullptr);
@@ -213,9 +214,28 @@ Status run_cuda(const Case& c, const Inputs& x, Result* r, cudaStream_t stream =
   Status s = forward_workspace_size(c.fam, in, opt, &ws_bytes);
   if (!s.ok()) return s;
   DevBuf ws(ws_bytes);
-  s = forward(c.fam, in, out, opt, Workspace{ws.p, ws_bytes}, stream);
-  if (!s.ok()) return s;
-  if (cudaStreamSynchronize(stream) != cudaSuccess) return {StatusCode::kBackendError, "sync failed"};
+  if (graph) {
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+      return {StatusCode::kBackendError, "stream create failed"};
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess)
+      return {StatusCode::kBackendError, "begin capture failed"};
+    s = forward(c.fam, in, out, opt, Workspace{ws.p, ws_bytes}, stream);
+    const cudaError_t ce = cudaStreamEndCapture(stream, &g);
+    if (s.ok() && ce != cudaSuccess) s = {StatusCode::kBackendError, std::string("capture: ") + cudaGetErrorString(ce)};
+    if (s.ok() && cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) s = {StatusCode::kBackendError, "instantiate failed"};
+    if (s.ok() && cudaGraphLaunch(ge, stream) != cudaSuccess) s = {StatusCode::kBackendError, "graph launch failed"};
+    if (s.ok() && cudaStreamSynchronize(stream) != cudaSuccess) s = {StatusCode::kBackendError, "sync failed"};
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaStreamDestroy(stream);
+    if (!s.ok()) return s;
+  } else {
+    s = forward(c.fam, in, out, opt, Workspace{ws.p, ws_bytes}, stream);
+    if (!s.ok()) return s;
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return {StatusCode::kBackendError, "sync failed"};
+  }
   download(out.o, r->o);
   if (c.final_state) download(out.final_state, r->ht);
   if (c.inter) download(out.h, r->h);
@@ -464,6 +484,64 @@ TEST(CudaForward, SmallDeterministic) {
     EXPECT_EQ(a.o.bytes, b.o.bytes);
     EXPECT_EQ(a.ht.bytes, b.ht.bytes);
     EXPECT_EQ(a.h.bytes, b.h.bytes);
+  }
+}
+
+// Graph capture: no host sync or allocation inside the call (the chunk maps are built on the
+// device), and the captured graph gives the eager result bit for bit.
+TEST(CudaForward, SmallGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN})
+    for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+      Case c;
+      c.fam = fam;
+      c.dt = dt;
+      c.cu = {0, 100, 300, 301, 520};
+      c.T = 520;
+      c.H = 1;
+      c.HV = 2;
+      c.h0 = true;
+      c.final_state = true;
+      const Inputs x = make_inputs(c);
+      Result a, b;
+      ASSERT_TRUE(run_cuda(c, x, &a).ok());
+      const Status s = run_cuda(c, x, &b, nullptr, /*graph=*/true);
+      ASSERT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(a.o.bytes, b.o.bytes) << family_name(fam) << " " << dtype_name(dt);
+      EXPECT_EQ(a.ht.bytes, b.ht.bytes) << family_name(fam) << " " << dtype_name(dt);
+    }
+}
+
+// cu_seqlens on the device is read without a sync; the host copy sizes the call. A device copy
+// that disagrees (here: lengths that would need more chunks than the host's, and a decreasing
+// entry) must not make any kernel leave its buffers (memcheck runs the Small tests).
+TEST(CudaForward, SmallVarlenMismatchedCopies) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN}) {
+    Case c;
+    c.fam = fam;
+    c.cu = {0, 100, 200};
+    c.T = 200;
+    c.final_state = true;
+    const Inputs x = make_inputs(c);
+    for (const std::vector<int32_t>& dev_cu : {std::vector<int32_t>{0, 130, 260}, std::vector<int32_t>{0, 150, 20}}) {
+      std::vector<DevBuf> keep;
+      ForwardInputs in = views(x, true, keep, nullptr);
+      DevBuf dcu(dev_cu.size() * sizeof(int32_t));
+      ASSERT_EQ(cudaMemcpy(dcu.p, dev_cu.data(), dcu.n, cudaMemcpyHostToDevice), cudaSuccess);
+      in.cu_seqlens.data = dcu.p;
+      HostTensor o(c.dt, {c.B, c.T, c.HV, c.V});
+      HostTensor ht(DType::kFloat32, {x.N, c.HV, c.K, c.V});
+      ForwardOutputs out;
+      out.o = upload(o, keep);
+      out.final_state = upload(ht, keep);
+      std::size_t ws_bytes = 0;
+      ASSERT_TRUE(forward_workspace_size(c.fam, in, make_options(c), &ws_bytes).ok());
+      DevBuf ws(ws_bytes);
+      const Status s = forward(c.fam, in, out, make_options(c), Workspace{ws.p, ws_bytes}, nullptr);
+      EXPECT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
   }
 }
 

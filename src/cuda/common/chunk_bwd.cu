@@ -1,6 +1,7 @@
-// Host side of the CUDA delta-rule backward (KDA, GDN) and its token-parallel kernels: input
-// preparation (l2norm, gate, beta), the final fixed-order reductions and the transforms'
-// backward. The token-recurrence kernels are in chunk_bwd_token.cu; design in chunk_bwd.cuh.
+// Host side of the CUDA delta-rule backward (KDA, GDN) and its token-parallel kernels: the path
+// choice (BackwardMode), input preparation (float32 copies of 16-bit inputs; l2norm, gate, beta),
+// the final fixed-order reductions and the transforms' backward. The token-recurrence kernels are
+// in chunk_bwd_token.cu; design in chunk_bwd.cuh.
 #include "cuda/common/chunk_bwd.hpp"
 
 #include <algorithm>
@@ -265,6 +266,47 @@ __global__ void colsum_kernel(const float* buf, int64_t rows, int C, void* out, 
   }
 }
 
+// ---- 0. float32 copies of the 16-bit q, k, v, dO for the float32 chunked path (exact: every
+// bf16/fp16 value is a float32). blockIdx.y picks the tensor; 8 elements a thread and step when
+// the source is 16-byte aligned (the destinations, in the workspace, always are).
+struct WidenArgs {
+  const void* src[4];
+  float* dst[4];
+  int64_t n[4];
+  int dt;  // 0 fp16, 1 bf16
+};
+
+__global__ void widen_kernel(const WidenArgs a) {
+  const int w = blockIdx.y;
+  const void* src = a.src[w];
+  float* dst = a.dst[w];
+  const int64_t n = a.n[w];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t tail = 0;
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    const int64_t n8 = n / 8;
+    for (int64_t i = i0; i < n8; i += stride) {
+      const uint4 u = static_cast<const uint4*>(src)[i];
+      const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+      float f[8];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        float2 x;
+        if (a.dt == 1) x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wd[m]));
+        else x = __half22float2(*reinterpret_cast<const __half2*>(&wd[m]));
+        f[2 * m] = x.x;
+        f[2 * m + 1] = x.y;
+      }
+      float4* d = reinterpret_cast<float4*>(dst) + 2 * i;
+      d[0] = make_float4(f[0], f[1], f[2], f[3]);
+      d[1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+    tail = n8 * 8;
+  }
+  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = ldf(src, a.dt, i);
+}
+
 int dtype_code(DType d) {
   switch (d) {
     case DType::kFloat16: return 0;
@@ -311,22 +353,36 @@ struct Plan {
   }
 };
 
-// Workspace of the chunked (WY) backward, byte offsets. At issue 5's reference shape (KDA bf16,
-// B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks, 16384 tokens):
-//   W, U/dY, Qg, KgT 4 x 134 MB; Aqk, Ainv 2 x 67 MB; gexp 4 MB;
-//   h, dh (float32) 2 x 537 MB; vnew, dN 2 x 134 MB; pq, pk, pg 3 x 268 MB; pb 2 MB
-//   total ~2.96 GB; with q, k, v, dO, g, β and the gradients (~1.5 GB) ~4.4 GB = 4.1 GiB < 5.55 GiB.
-// U is dead after chunk_state, so dY (pass 2 scratch) takes its place; draw (ddt_bias rows) and
-// da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per block).
+// Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (16-bit q, k, v,
+// dO are first widened into q32, k32, v32, dO32; float32 inputs are read in place); otherwise in
+// the 16-bit input type (chunked16). Dead buffers are reused: U is dead after chunk_state, so dY
+// (pass 2 scratch) takes its place; W, Qg, KgT and Aqk are dead after pass 1, so in float32 the
+// partials pq, pk, pg, pb take their places (W >= pq: 64 tokens x K floats per (chunk, value
+// head) block; a 16-bit W is half of that, so chunked16 keeps them apart); draw (ddt_bias rows)
+// and da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per
+// block). Nothing else is dead while the widened inputs are read (prep to pass 2).
+// At issue 5's reference shape (KDA, B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks,
+// 16384 tokens), MiB:
+//   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256; Aqk/pb, Ainv 2 x 128; gexp 4;
+//     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB) for float32 inputs;
+//     bf16/fp16 inputs add q32, k32, v32, dO32 4 x 256: 3844 MiB (3.75 GiB); with bf16 inputs
+//     and gradients (1.38 GiB) the backward's peak is 5.13 GiB.
+//   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h, dh 2 x 512; vnew, dN 2 x 128;
+//     pq, pk, pg 3 x 256; pb 2: 2694 MiB (2.63 GiB).
 struct ChunkPlan {
+  static constexpr std::size_t kNone = ~std::size_t{0};
   std::size_t seqs = 0, chunks = 0, W = 0, U = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0,
               dh = 0, dN = 0, pq = 0, pk = 0, pg = 0, pb = 0, total = 0;
+  std::size_t q32 = kNone, k32 = kNone, v32 = kNone, dO32 = kNone;  // kNone: inputs read in place
+  bool f32 = false, widen = false;
   int KG = 1;
   int64_t tokens = 0;
-  explicit ChunkPlan(const detail::Problem& p) {
+  ChunkPlan(const detail::Problem& p, bool float32_compute) {
+    f32 = float32_compute || p.dtype == DType::kFloat32;
+    widen = f32 && p.dtype != DType::kFloat32;
     KG = p.vector_gate ? static_cast<int>(p.K) : 1;
     tokens = p.B * p.T;
-    const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
+    const std::size_t es = f32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
     const std::size_t T = static_cast<std::size_t>(tokens);
     const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
@@ -344,31 +400,64 @@ struct ChunkPlan {
     vnew = o; o = align_up(o + nb * kC * V * es);
     dh = o; o = align_up(o + nb * K * V * 4);
     dN = o; o = align_up(o + nb * kC * V * es);
-    pq = o; o = align_up(o + T * p.HV * K * 4);
-    pk = o; o = align_up(o + T * p.HV * K * 4);
-    pg = o; o = align_up(o + T * p.HV * K * 4);
-    pb = o; o = align_up(o + T * p.HV * 4);
+    if (f32) {
+      pq = W;
+      pk = Qg;
+      pg = KgT;
+      pb = Aqk;
+    } else {
+      pq = o; o = align_up(o + T * p.HV * K * 4);
+      pk = o; o = align_up(o + T * p.HV * K * 4);
+      pg = o; o = align_up(o + T * p.HV * K * 4);
+      pb = o; o = align_up(o + T * p.HV * 4);
+    }
+    if (widen) {
+      q32 = o; o = align_up(o + T * p.H * K * 4);
+      k32 = o; o = align_up(o + T * p.H * K * 4);
+      v32 = o; o = align_up(o + T * p.HV * V * 4);
+      dO32 = o; o = align_up(o + T * p.HV * V * 4);
+    }
     total = o;
   }
 };
 
 constexpr std::size_t kNoChunkMap = ~std::size_t{0};  // build_maps: sequence map only
 
-// -1: automatic (LINATTN_CUDA_BWD=token|chunked overrides); 0: chunked; 1: token replay.
-std::atomic<int> g_token_mode{-1};
-// Automatic choice: the chunked form for float32 inputs; the token replay (float32 throughout)
-// for 16-bit inputs, because the chunked form's 16-bit intermediates (K⊙F, U, V_new, dN, dS⁺
-// operands) put dβ and the gate-parameter gradients (dA_log, ddt_bias: one sum over all tokens,
+// set_backward_mode's setting (a BackwardMode).
+std::atomic<int> g_mode{kBackwardFromEnv};
+
+enum class Path { kChunked, kChunked16, kToken };
+
+// The path p runs under the current setting, or kInvalidArgument for an unknown LINATTN_CUDA_BWD
+// (a typo must not silently run another path). The default is the chunked form computed in
+// float32 for every dtype: in the 16-bit type its intermediates (K⊙F, U, V_new, dN, dS⁺ operands)
+// put dβ and the gate-parameter gradients (dA_log, ddt_bias: one sum over all tokens,
 // ill-conditioned) above SPEC's 1e-2 on some inputs (measured 1.6e-2 / 1.8e-2; an emulation of
-// the kernels finds worse draws). The chunked form stays selectable for 16-bit inputs.
-bool use_token_path(const detail::Problem& p) {
-  const int m = g_token_mode.load(std::memory_order_relaxed);
-  if (m >= 0) return m != 0;
-  if (const char* e = std::getenv("LINATTN_CUDA_BWD")) {
-    if (std::strcmp(e, "token") == 0) return true;
-    if (std::strcmp(e, "chunked") == 0) return false;
+// the kernels finds worse draws), so chunked16 is opt-in.
+Status choose_path(const detail::Problem& p, Path* path) {
+  int m = g_mode.load(std::memory_order_relaxed);
+  if (m == kBackwardFromEnv) {
+    m = kBackwardChunked;
+    const char* e = std::getenv("LINATTN_CUDA_BWD");
+    if (e && *e) {  // set and not empty
+      if (std::strcmp(e, "chunked") == 0) m = kBackwardChunked;
+      else if (std::strcmp(e, "chunked16") == 0) m = kBackwardChunked16;
+      else if (std::strcmp(e, "token") == 0) m = kBackwardToken;
+      else
+        return Status::Invalid(std::string("LINATTN_CUDA_BWD=") + e +
+                               " is not a CUDA backward mode; accepted: chunked (the default: the chunked form "
+                               "computed in float32), chunked16 (the chunked form in the 16-bit input type), "
+                               "token (the float32 token replay), or unset");
+    }
   }
-  return p.dtype != DType::kFloat32;
+  if (m == kBackwardToken) *path = Path::kToken;
+  else if (m == kBackwardChunked16 && p.dtype != DType::kFloat32) *path = Path::kChunked16;
+  else *path = Path::kChunked;
+  return Status::Ok();
+}
+
+std::size_t workspace_of(const detail::Problem& p, Path path) {
+  return path == Path::kToken ? Plan(p).total : ChunkPlan(p, path == Path::kChunked).total;
 }
 
 Status supported(const detail::Problem& p) {
@@ -394,11 +483,17 @@ unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8)
 }  // namespace
 }  // namespace bwd
 
-void set_token_backward(int mode) { bwd::g_token_mode.store(mode < 0 ? -1 : (mode ? 1 : 0)); }
+void set_backward_mode(int mode) {
+  const bool known = mode == kBackwardChunked || mode == kBackwardToken || mode == kBackwardChunked16;
+  bwd::g_mode.store(known ? mode : kBackwardFromEnv);
+}
+void set_token_backward(int mode) { set_backward_mode(mode); }
 
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
   if (!bwd::supported(p).ok()) return 0;
-  return bwd::use_token_path(p) ? bwd::Plan(p).total : bwd::ChunkPlan(p).total;
+  bwd::Path path = bwd::Path::kChunked;
+  if (!bwd::choose_path(p, &path).ok()) return 0;
+  return bwd::workspace_of(p, path);
 }
 
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
@@ -406,8 +501,11 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   using namespace bwd;
   Status s = supported(p);
   if (!s.ok()) return s;
-  const bool token = use_token_path(p);
-  const std::size_t need = token ? Plan(p).total : ChunkPlan(p).total;
+  Path path = Path::kChunked;
+  s = choose_path(p, &path);
+  if (!s.ok()) return s;
+  const bool token = path == Path::kToken;
+  const std::size_t need = workspace_of(p, path);
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
   int prev_dev = 0;
@@ -435,7 +533,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     mp.cu_int64 = p.varlen && f.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
     mp.N = static_cast<int>(p.N);
     mp.T = static_cast<int>(p.T);
-    mp.num_chunks = chunks_off == kNoChunkMap ? 0 : static_cast<int>(p.num_chunks);
+    mp.num_chunks = static_cast<int>(p.num_chunks);  // bounds the sequence map too (see chunk_map.cu)
     mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + seqs_off);
     mp.chunks = chunks_off == kNoChunkMap ? nullptr : reinterpret_cast<kern::ChunkInfo*>(base + chunks_off);
     return kern::launch_chunk_maps(mp, st);
@@ -524,44 +622,76 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     draw = reinterpret_cast<float*>(base + pl.draw);
     da = reinterpret_cast<float*>(base + pl.da);
   } else {
-    const ChunkPlan pl(p);
+    const ChunkPlan pl(p, path == Path::kChunked);
     KG = pl.KG;
     if ((e = build_maps(pl.seqs, pl.chunks)) != cudaSuccess) return cuda_error("chunk map launch", e);
     const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
+    const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
+    // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
+    // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
+    // the caller's dtype.
+    const void* q_in = f.q.data;
+    const void* k_in = f.k.data;
+    const void* v_in = f.v.data;
+    const void* do_in = in.d_o.data;
     // LINATTN_BWD_PROFILE=1: per-stage times on stderr (synchronises; for benchmarks only)
     const bool prof = std::getenv("LINATTN_BWD_PROFILE") != nullptr;
     std::vector<cudaEvent_t> evs;
-    auto mark = [&]() {
+    std::vector<const char*> stage;  // stage[i]: what ran between evs[i] and evs[i + 1]
+    auto mark = [&](const char* next) {
       if (!prof) return;
       cudaEvent_t ev;
       cudaEventCreate(&ev);
       cudaEventRecord(ev, st);
       evs.push_back(ev);
+      stage.push_back(next);
     };
     struct ProfPrint {
       std::vector<cudaEvent_t>* evs;
+      std::vector<const char*>* stage;
       ~ProfPrint() {
         if (evs->empty()) return;
         cudaEventSynchronize(evs->back());
-        const char* names[] = {"prep", "state", "pass1", "pass2"};
         for (std::size_t i = 1; i < evs->size(); ++i) {
           float ms = 0;
           cudaEventElapsedTime(&ms, (*evs)[i - 1], (*evs)[i]);
-          std::fprintf(stderr, "[bwd profile] %s %.3f ms\n", i - 1 < 4 ? names[i - 1] : "?", ms);
+          std::fprintf(stderr, "[bwd profile] %s %.3f ms\n", (*stage)[i - 1], ms);
         }
         for (cudaEvent_t e : *evs) cudaEventDestroy(e);
       }
-    } prof_print{&evs};
-    mark();
+    } prof_print{&evs, &stage};
+    mark(pl.widen && tokens > 0 ? "widen" : "prep");
+    if (pl.widen && tokens > 0) {
+      WidenArgs wa{};
+      const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
+      const std::size_t dst[4] = {pl.q32, pl.k32, pl.v32, pl.dO32};
+      const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
+      int64_t most = 0;
+      for (int i = 0; i < 4; ++i) {
+        wa.src[i] = src[i];
+        wa.dst[i] = reinterpret_cast<float*>(base + dst[i]);
+        wa.n[i] = n[i];
+        most = std::max(most, n[i]);
+      }
+      wa.dt = dt;
+      const unsigned bx = static_cast<unsigned>(std::min<int64_t>((most + 8 * 256 - 1) / (8 * 256), 4096));
+      widen_kernel<<<dim3(bx, 4), 256, 0, st>>>(wa);
+      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("widen launch", e);
+      q_in = wa.dst[0];
+      k_in = wa.dst[1];
+      v_in = wa.dst[2];
+      do_in = wa.dst[3];
+      mark("prep");
+    }
     const auto* chunk_map = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
     const auto* seq_map = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
     constexpr std::size_t kMaxSmem = 227 * 1024;
     if (p.num_chunks > 0) {
       // ---- recompute the forward's chunk intermediates, plus M⁻¹
       kern::PrepParams pp{};
-      pp.q = f.q.data;
-      pp.k = f.k.data;
-      pp.v = f.v.data;
+      pp.q = q_in;
+      pp.k = k_in;
+      pp.v = v_in;
       pp.g = f.g.data;
       pp.g_dt = dtype_code(f.g.dtype);
       pp.beta = f.beta.data;
@@ -584,10 +714,10 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       pp.lower_bound = ga.lower_bound;
       pp.has_alog = ga.has_alog;
       pp.has_dtb = ga.has_dtb;
-      std::size_t smem = kern::prep_smem_bytes(dt, K, true);
+      std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
       pp.q_in_smem = 1;
       if (smem > 200 * 1024) {
-        smem = kern::prep_smem_bytes(dt, K, false);
+        smem = kern::prep_smem_bytes(cdt, K, false);
         pp.q_in_smem = 0;
       }
       pp.W = base + pl.W;
@@ -597,10 +727,10 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       pp.Aqk = base + pl.Aqk;
       pp.gexp = reinterpret_cast<float*>(base + pl.gexp);
       pp.Ainv = base + pl.Ainv;
-      e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem), st)
-                                   : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem), st);
+      e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem), st)
+                                   : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem), st);
       if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward)", e);
-      mark();
+      mark("state");
 
       // ---- chunk-start states h (float32) and V_new; no output
       kern::StateParams sp{};
@@ -625,13 +755,13 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       sp.V = V;
       sp.v_first = p.opt.state_v_first ? 1 : 0;
       int stages = 2;
-      smem = kern::state_smem_bytes(dt, K, 2);
-      if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(dt, K, 1); }
-      if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(dt, K, 0); }
+      smem = kern::state_smem_bytes(cdt, K, 2);
+      if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(cdt, K, 1); }
+      if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(cdt, K, 0); }
       sp.stages = stages;
-      e = kern::launch_state(dt, sp, static_cast<int>(smem), st);
+      e = kern::launch_state(cdt, sp, static_cast<int>(smem), st);
       if (e != cudaSuccess) return cuda_error("chunk_state launch (backward)", e);
-      mark();
+      mark("pass1");
     }
     if (p.N > 0) {
       // ---- pass 1: dh, dN (sequential over chunks), dh0
@@ -641,7 +771,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       dp.Qg = base + pl.Qg;
       dp.W = base + pl.W;
       dp.gexp = reinterpret_cast<const float*>(base + pl.gexp);
-      dp.d_o = in.d_o.data;
+      dp.d_o = do_in;
       dp.seqs = seq_map;
       dp.dht = in.dht.present() ? in.dht.data : nullptr;
       dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
@@ -655,22 +785,22 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       dp.V = V;
       dp.v_first = p.opt.state_v_first ? 1 : 0;
       int stages = 2;
-      std::size_t smem = dh_smem_bytes(dt, K, 2);
-      if (smem > kMaxSmem) { stages = 1; smem = dh_smem_bytes(dt, K, 1); }
-      if (smem > kMaxSmem) { stages = 0; smem = dh_smem_bytes(dt, K, 0); }
-      if (stages == 0 && dt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+      std::size_t smem = dh_smem_bytes(cdt, K, 2);
+      if (smem > kMaxSmem) { stages = 1; smem = dh_smem_bytes(cdt, K, 1); }
+      if (smem > kMaxSmem) { stages = 0; smem = dh_smem_bytes(cdt, K, 0); }
+      if (stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
       dp.stages = stages;
-      if ((e = launch_dh(dt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
-      mark();
+      if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
+      mark("pass2");
     }
     if (p.num_chunks > 0) {
       // ---- pass 2: chunk-parallel gradients
       WyParams wp{};
       wp.chunks = chunk_map;
-      wp.q = f.q.data;
-      wp.k = f.k.data;
-      wp.v = f.v.data;
-      wp.d_o = in.d_o.data;
+      wp.q = q_in;
+      wp.k = k_in;
+      wp.v = v_in;
+      wp.d_o = do_in;
       wp.beta = f.beta.data;
       wp.beta_dt = dtype_code(f.beta.dtype);
       wp.beta_mode = beta_mode;
@@ -692,6 +822,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       wp.dN = base + pl.dN;
       wp.dY = base + pl.U;  // U is dead after chunk_state
       wp.dv = out.dv.data;
+      wp.dv_dt = dt;
       wp.pq = reinterpret_cast<float*>(base + pl.pq);
       wp.pk = reinterpret_cast<float*>(base + pl.pk);
       wp.pg = reinterpret_cast<float*>(base + pl.pg);
@@ -704,14 +835,14 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       wp.V = V;
       wp.scale = static_cast<float>(p.scale);
       wp.l2norm = l2;
-      if ((e = launch_wy(dt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
-      mark();
+      if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
+      mark("end");
     }
     pq = reinterpret_cast<float*>(base + pl.pq);
     pk = reinterpret_cast<float*>(base + pl.pk);
     pg = reinterpret_cast<float*>(base + pl.pg);
     pb = reinterpret_cast<float*>(base + pl.pb);
-    draw = reinterpret_cast<float*>(base + pl.h);  // h and dh are dead after pass 2
+    draw = reinterpret_cast<float*>(base + pl.h);  // h and dh are dead after pass 2 (pq .. pb are not)
     da = reinterpret_cast<float*>(base + pl.dh);
   }
 

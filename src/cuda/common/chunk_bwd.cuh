@@ -1,16 +1,17 @@
 // Kernels of the CUDA delta-rule backward (KDA, GDN): parameters, dtype helpers, launchers.
 //
-// Two paths; the automatic choice (chunk_bwd.hpp) is the chunked form for float32 inputs and the
-// token replay for 16-bit inputs until the chunked form's 16-bit precision meets SPEC's bar.
-// The chunked WY backward on tensor cores (chunk_bwd_wy.cu; docs/chunked_backward.md):
+// Two paths (chunk_bwd.hpp, BackwardMode). The chunked WY backward on tensor cores
+// (chunk_bwd_wy.cu; docs/chunked_backward.md), by default computed in float32 for every input
+// dtype (bf16/fp16 q, k, v, dO widened to float32 in the workspace first, gradients written in
+// the caller's dtypes), or in the 16-bit input type when asked (chunked16: faster, less accurate):
 //   0. the forward's chunk_prep (W, U, Qg, KgT, Aqk, gexp and M⁻¹) and chunk_state (h: the
 //      float32 state before each chunk, V_new; no output) recompute the chunk intermediates;
 //   1. dh_kernel (sequential over chunks, like chunk_state): dh = dL/dS after each chunk, dN;
 //   2. wy_kernel (one CTA per chunk and value head): dv and per-value-head float32 partials
 //      dq, dk (w.r.t. the normalised q, k), dg (seed 001 + reverse cumsum), dβ;
 //   3. bwd_finish_* / bwd_colsum below (NS = 1).
-// Token replay (set_token_backward(1) or LINATTN_CUDA_BWD=token; automatic for 16-bit inputs),
-// slower, float32 throughout, an independent check of the chunked form:
+// Token replay (set_backward_mode(kBackwardToken) or LINATTN_CUDA_BWD=token), slower, float32
+// throughout, an independent check of the chunked form:
 //   1. bwd_prep_*     token-parallel: q̂, k̂ (in-kernel l2norm applied), e = exp(g̃) (the gate
 //                     after the in-kernel transform) and β̃ (after the sigmoid), as float32.
 //   2. bwd_state_fwd  one CTA per (V tile of 16 columns, value head, sequence), one thread per
@@ -149,6 +150,7 @@ struct WyParams {
   const void* dN;    // [blocks][64][V]
   void* dY;          // scratch [blocks][64][V]
   void* dv;          // output [tokens][HV][V]
+  int dv_dt;         // dv's dtype code: the compute type's, or 0 / 1 with a float32 compute type
   float *pq, *pk, *pg, *pb;  // partials [tokens][HV][K] (pb [tokens][HV])
   int num_chunks, H, HV, G, K, V;
   float scale;

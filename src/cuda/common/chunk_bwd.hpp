@@ -12,21 +12,36 @@
 
 namespace linattn::cuda {
 
-// Which backward runs: the chunked WY form on tensor cores or the token replay (float32
-// throughout, slower). mode 0: chunked, 1: token replay, -1 (default): automatic, i.e. the
-// environment variable LINATTN_CUDA_BWD=chunked|token if set, else the chunked form for float32
-// inputs and the token replay for bfloat16/float16 inputs (the chunked form's 16-bit
-// intermediates miss SPEC's 1e-2 on dβ and the gate-parameter gradients for some inputs; see
-// chunk_bwd.cu). The workspace size and the call must be made under the same setting.
+// Which backward runs (set_backward_mode). The workspace size and the call must be made under the
+// same setting.
+enum BackwardMode : int {
+  // Default: LINATTN_CUDA_BWD if set (chunked | chunked16 | token; any other value makes the
+  // backward fail with kInvalidArgument and write nothing), else kBackwardChunked.
+  kBackwardFromEnv = -1,
+  // The chunked WY form on tensor cores computed in float32 for every input dtype: bf16/fp16
+  // q, k, v, dO are widened to float32 in the workspace and the gradients written in the
+  // caller's dtypes (the automatic choice; LINATTN_CUDA_BWD=chunked).
+  kBackwardChunked = 0,
+  // The token replay, float32 throughout, slower (LINATTN_CUDA_BWD=token).
+  kBackwardToken = 1,
+  // The chunked form computed in the 16-bit input type: faster and a smaller workspace, but dβ
+  // and the gate-parameter gradients can miss SPEC's 1e-2 (docs/chunked_backward.md, "Precision
+  // on 16-bit inputs"); opt-in (LINATTN_CUDA_BWD=chunked16). Same as kBackwardChunked for float32.
+  kBackwardChunked16 = 2,
+};
+void set_backward_mode(int mode);  // a BackwardMode; values outside it select kBackwardFromEnv
+// The earlier name (then -1 automatic, 0 chunked, 1 token replay): the same values as
+// set_backward_mode.
 void set_token_backward(int mode);
 
-// Workspace bytes of backward_kda_gdn (0 when the problem is not supported by it).
+// Workspace bytes of backward_kda_gdn (0 when the problem is not supported by it, or when
+// LINATTN_CUDA_BWD holds an unknown value: the call then returns its error).
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p);
 
 // Gradients of a KDA or GDN forward: dq, dk, dv and the optional dg, dbeta, dA_log, ddt_bias,
 // dh0. Deterministic (no atomics; fixed-order reductions). in.saved is not used (saved_bytes is
 // 0 on CUDA). Returns kNotSupported for shapes it does not handle (K or V outside {64, 128, 256},
-// float64 q/k/v).
+// float64 q/k/v), kInvalidArgument for an unknown LINATTN_CUDA_BWD.
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
                         Workspace ws, cudaStream_t stream);
 

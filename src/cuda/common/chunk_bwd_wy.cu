@@ -526,7 +526,13 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           // the rounded dY, as in dX = −dY Sᵀ: ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when
           // v ≈ Sᵀ(E k), so both must see the same dY
           dby[hh] += to_f(from_f<T>(y0)) * to_f(vr[0]) + to_f(from_f<T>(y1)) * to_f(vr[1]);
-          store2<T>(dvg + (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv, bet[i] * y0, bet[i] * y1);
+          const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
+          const float d0 = bet[i] * y0, d1 = bet[i] * y1;
+          // float32 compute on 16-bit inputs writes dv in the caller's dtype, rounded once
+          if constexpr (kIs16<T>) store2<T>(dvg + di, d0, d1);
+          else if (p.dv_dt == 1) store2<__nv_bfloat16>(static_cast<__nv_bfloat16*>(p.dv) + di, d0, d1);
+          else if (p.dv_dt == 0) store2<__half>(static_cast<__half*>(p.dv) + di, d0, d1);
+          else store2<float>(dvg + di, d0, d1);
         }
       }
     __syncthreads();

@@ -18,10 +18,10 @@ struct MapParams {
   const void* cu;  // device cu_seqlens [N + 1] (int32 or int64), or null for fixed length
   int cu_int64;    // 1: cu is int64
   int N;           // sequences (fixed length: B)
-  int T;           // fixed length: tokens per sequence (unused with cu)
-  int num_chunks;  // total chunks (host-computed from the validated host copy)
+  int T;           // fixed length: tokens per sequence; with cu: all tokens (bounds cu's values)
+  int num_chunks;  // total chunks (host-computed from the validated host copy; bounds the maps)
   SeqInfo* seqs;   // out [N]
-  ChunkInfo* chunks;  // out [num_chunks]
+  ChunkInfo* chunks;  // out [num_chunks], or null: the sequence map only
 };
 
 // Enqueues the map kernels on s. No host synchronisation.

@@ -2,11 +2,14 @@
 // and pass 2 (chunk-parallel dq, dk, dv, dβ, dγ). docs/chunked_backward.md derives every formula;
 // src/cpu/common/chunk_bwd.cpp is the float64-tested CPU twin. Design notes in chunk_bwd.cuh.
 #include "cuda/common/chunk_bwd.cuh"
+#include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 
 namespace linattn::cuda::bwd {
 namespace {
 
+using kern::cp_commit;
+using kern::cp_wait;
 using kern::from_f;
 using kern::kIs16;
 using kern::load_any;
@@ -22,13 +25,6 @@ template <class T>
 constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
 
 // ---------------------------------------------------------------- tensor-core helpers
-// A fragment of the 16x16 tile at (m0, k0) of A stored k-major (A(m, k) at p[k * ld + m]).
-template <class T>
-__device__ __forceinline__ void ldsm_a_t(uint32_t (&a)[4], const T* p, int ld, int m0, int k0) {
-  const int l = threadIdx.x & 31;
-  kern::ldsm_x4_t(a, p + (k0 + (l & 7) + ((l >> 4) & 1) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
-}
-
 // float loaders (3xTF32 path) for k-major A and k-major B
 template <class T>
 struct AKOp {  // A(m, k) = p[k * ld + m]
@@ -63,30 +59,7 @@ template <class T, int MI, int NI, bool AK, bool BK>
 __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb, int ldb,
                                        int m0, int n0, int k0, int k1) {
   if constexpr (kIs16<T>) {
-    static_assert(NI % 2 == 0, "NI must be even");
-#pragma unroll 2
-    for (int k = k0; k < k1; k += 16) {
-      uint32_t a[MI][4], b[NI][2];
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        if constexpr (AK) ldsm_a_t(a[mi], pa, lda, m0 + 16 * mi, k);
-        else kern::ldsm_a(a[mi], pa, lda, m0 + 16 * mi, k);
-      }
-#pragma unroll
-      for (int nj = 0; nj < NI / 2; ++nj) {
-        uint32_t bb[2][2];
-        if constexpr (BK) kern::ldsm_b_k(bb, pb, ldb, k, n0 + 16 * nj);
-        else kern::ldsm_b_n(bb, pb, ldb, k, n0 + 16 * nj);
-        b[2 * nj][0] = bb[0][0];
-        b[2 * nj][1] = bb[0][1];
-        b[2 * nj + 1][0] = bb[1][0];
-        b[2 * nj + 1][1] = bb[1][1];
-      }
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) kern::mma16<T>(acc[mi][ni], a[mi], b[ni]);
-    }
+    kern::warp_mma_sm<T, MI, NI, AK, BK>(acc, pa, lda, pb, ldb, m0, n0, k0, k1);
   } else {
     if constexpr (AK) {
       if constexpr (BK) kern::warp_mma<T, MI, NI>(acc, AKOp<T>{pa, lda}, BKOp<T>{pb, ldb}, m0, n0, k0, k1);
@@ -98,27 +71,12 @@ __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int
   }
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int sz = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 // rows x cols tile (global row stride gld) into shared memory (stride sld) by cp.async; rows at or
 // past `valid` are zero-filled.
 template <class T>
 __device__ __forceinline__ void tile_async(T* dst, int sld, const T* src, int64_t gld, int rows, int cols,
                                            int valid) {
-  constexpr int per = 16 / sizeof(T);
-  const int ppr = cols / per;
-  for (int e = threadIdx.x; e < rows * ppr; e += kThreads) {
-    const int r = e / ppr, cpc = (e - r * ppr) * per;
-    const bool ok = r < valid;
-    cp_async16(dst + r * sld + cpc, ok ? src + r * gld + cpc : src, ok);
-  }
+  kern::tile_copy_rt<T, kThreads>(dst, sld, src, gld, rows, cols, valid);
 }
 
 // Synchronous 64 x 64 tile copy (global row stride gld -> shared stride sld); rows >= valid are 0.

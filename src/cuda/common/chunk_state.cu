@@ -4,6 +4,7 @@
 //                       S = exp(γ_C) S + Kgᵀ V_new; writes V_new and the state before each chunk.
 //   chunk_out_kernel    O = Qg S_c + Aqk V_new, one CTA per (chunk, V tile of 64, value head).
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 
 namespace linattn::cuda::kern {
@@ -72,56 +73,6 @@ struct OutLayout {
   static constexpr int n_off = a_off + kC * lda * es;
   static constexpr int total = n_off + kC * ldn * es;
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// 16-byte copy reading `bytes` (0 or 16) from global memory and zero-filling the rest.
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-// ROWS rows of COLS elements (global row stride gld) into smem (stride sld); rows at or past
-// `valid` are zero-filled without reading global memory (the last chunk of a sequence).
-template <class T, int ROWS, int COLS, int NT>
-__device__ __forceinline__ void rows_copy(T* dst, int sld, const T* src, int64_t gld, int valid, int tid) {
-  constexpr int per = 16 / sizeof(T);
-  constexpr int ppr = COLS / per;
-  constexpr int total = ROWS * ppr;
-  static_assert(NT % ppr == 0 && total % NT == 0, "tile shape");
-  constexpr int rstep = NT / ppr;
-  const int r0 = tid / ppr, cpe = (tid % ppr) * per;
-#pragma unroll
-  for (int it = 0; it < total / NT; ++it) {
-    const int r = r0 + it * rstep;
-    const bool ok = r < valid;
-    cp_async16_zfill(dst + r * sld + cpe, src + (ok ? r : 0) * gld + cpe, ok ? 16 : 0);
-  }
-}
-
-// Copies a ROWS x COLS tile (row-major, global stride gld) into smem (stride sld) in 16-byte
-// pieces, NT threads; shapes at compile time (shifts, unrolled).
-template <class T, int ROWS, int COLS, int NT>
-__device__ __forceinline__ void tile_copy(T* dst, int sld, const T* src, int64_t gld, int tid) {
-  constexpr int per = 16 / sizeof(T);
-  constexpr int ppr = COLS / per;  // pieces per row
-  constexpr int total = ROWS * ppr;
-  static_assert(NT % ppr == 0 || total <= NT, "tile shape");
-  const int r0 = tid / ppr, cpe = (tid % ppr) * per;
-  constexpr int rstep = NT / ppr > 0 ? NT / ppr : 1;
-  T* d = dst + r0 * sld + cpe;
-  const T* s = src + r0 * gld + cpe;
-#pragma unroll
-  for (int it = 0; it < (total + NT - 1) / NT; ++it) {
-    if (total % NT == 0 || it * NT + tid < total) cp_async16(d + it * rstep * sld, s + it * rstep * gld);
-  }
-}
 
 template <class T, int K, int VT>
 __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StateParams p) {
@@ -444,10 +395,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
         const int valid = min(kC, si.len - ci * kC);
         const int64_t rs = static_cast<int64_t>(p.H) * K;
         const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * K;
-        rows_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
-                                      static_cast<const T*>(p.q_raw) + r0, rs, valid, tid);
-        rows_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
-                                      static_cast<const T*>(p.k_raw) + r0, rs, valid, tid);
+        tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
+                                            static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
+        tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
+                                            static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
         tile_copy<float, 1, 2 * kC, kThreads>(reinterpret_cast<float*>(st + Lay::rf_off), 2 * kC,
                                               p.rowfac + blk * 2 * kC, 2 * kC, tid);
       }
@@ -576,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
         S[mi][ni][2] *= d1; S[mi][ni][3] *= d1;
       }
     }
-    if (rows) warp_mma_sm_ak<T, MI, NI>(S, KTop.p, KTop.ld, Vk, Lay::ldv, sm0, sn0, 0, kC);  // kᵀ (f ⊙ V_new)
+    if (rows) warp_mma_sm<T, MI, NI, true>(S, KTop.p, KTop.ld, Vk, Lay::ldv, sm0, sn0, 0, kC);  // kᵀ (f ⊙ V_new)
     else if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
     else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
     __syncthreads();

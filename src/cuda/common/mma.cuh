@@ -211,7 +211,7 @@ __device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const T* p, int ld, int
 template <class T>
 __device__ __forceinline__ void ldsm_a_k(uint32_t (&a)[4], const T* p, int ld, int m0, int k0) {
   const int l = threadIdx.x & 31;
-  ldsm_x4_t(a, p + (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
+  ldsm_x4_t(a, p + (k0 + (l & 7) + ((l >> 4) & 1) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
 }
 // B fragments of the two 8-column tiles n0..n0+15 over k0..k0+15, B stored n-major
 // (B(k, n) at p[n * ld + k]).
@@ -232,8 +232,10 @@ __device__ __forceinline__ void ldsm_b_k(uint32_t (&b)[2][2], const T* p, int ld
 }
 
 // acc += A[m0 : m0+16*MI, k_begin : k_end] * B[k_begin : k_end, n0 : n0+8*NI] for 16-bit
-// operands in shared memory: A row-major (pa[m * lda + k]), B n-major (pb[n * ldb + k]); NI even.
-template <class T, int MI, int NI>
+// operands in shared memory. A row-major (pa[m * lda + k]), or k-major when AK (pa[k * lda + m],
+// e.g. Kᵀ read from token-major k rows); B n-major (pb[n * ldb + k]), or k-major when BK
+// (pb[k * ldb + n]). NI even; offsets multiples of 8, k range multiples of 16.
+template <class T, int MI, int NI, bool AK = false, bool BK = false>
 __device__ __forceinline__ void warp_mma_sm(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb,
                                             int ldb, int m0, int n0, int k_begin, int k_end) {
   static_assert(NI % 2 == 0, "NI must be even");
@@ -241,35 +243,15 @@ __device__ __forceinline__ void warp_mma_sm(float (&acc)[MI][NI][4], const T* pa
   for (int k0 = k_begin; k0 < k_end; k0 += 16) {
     uint32_t a[MI][4], b[NI][2];
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) ldsm_a(a[mi], pa, lda, m0 + 16 * mi, k0);
-#pragma unroll
-    for (int nj = 0; nj < NI / 2; ++nj) {
-      uint32_t bb[2][2];
-      ldsm_b_n(bb, pb, ldb, k0, n0 + 16 * nj);
-      b[2 * nj][0] = bb[0][0]; b[2 * nj][1] = bb[0][1];
-      b[2 * nj + 1][0] = bb[1][0]; b[2 * nj + 1][1] = bb[1][1];
+    for (int mi = 0; mi < MI; ++mi) {
+      if constexpr (AK) ldsm_a_k(a[mi], pa, lda, m0 + 16 * mi, k0);
+      else ldsm_a(a[mi], pa, lda, m0 + 16 * mi, k0);
     }
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) mma16<T>(acc[mi][ni], a[mi], b[ni]);
-  }
-}
-
-// Same with A stored k-major (pa[k * lda + m]), e.g. Kᵀ read from token-major k rows.
-template <class T, int MI, int NI>
-__device__ __forceinline__ void warp_mma_sm_ak(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb,
-                                               int ldb, int m0, int n0, int k_begin, int k_end) {
-  static_assert(NI % 2 == 0, "NI must be even");
-#pragma unroll 2
-  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
-    uint32_t a[MI][4], b[NI][2];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) ldsm_a_k(a[mi], pa, lda, m0 + 16 * mi, k0);
-#pragma unroll
     for (int nj = 0; nj < NI / 2; ++nj) {
       uint32_t bb[2][2];
-      ldsm_b_n(bb, pb, ldb, k0, n0 + 16 * nj);
+      if constexpr (BK) ldsm_b_k(bb, pb, ldb, k0, n0 + 16 * nj);
+      else ldsm_b_n(bb, pb, ldb, k0, n0 + 16 * nj);
       b[2 * nj][0] = bb[0][0]; b[2 * nj][1] = bb[0][1];
       b[2 * nj + 1][0] = bb[1][0]; b[2 * nj + 1][1] = bb[1][1];
     }

@@ -9,6 +9,7 @@
 #include "cuda/common/chunk_bwd.hpp"
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/chunk_map.hpp"
+#include "cuda/common/host_util.hpp"
 
 namespace linattn::cuda {
 namespace {
@@ -19,19 +20,6 @@ constexpr std::size_t kAlign = 256;
 constexpr std::size_t kMaxSmem = 227 * 1024;
 
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-int dtype_code(DType d) {
-  switch (d) {
-    case DType::kFloat16: return 0;
-    case DType::kBFloat16: return 1;
-    case DType::kFloat32: return 2;
-    default: return 3;
-  }
-}
-
-Status cuda_error(const char* what, cudaError_t e) {
-  return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
-}
 
 // The fused state pass's V tile. One CTA per (sequence, value head, V tile) runs the whole
 // sequence, one CTA per SM. With tiles of 64 and at most half as many CTAs as SMs (B = 1, few
@@ -50,7 +38,11 @@ FusedTile fused_tile(int dt, int K, int V, int HV, int N, int sms, bool rows) {
   if (dt != 2) {
     const int64_t ctas64 = static_cast<int64_t>(V / 64) * HV * N;
     vt = 2 * ctas64 <= sms ? 32 : 64;
-    if (const char* e = std::getenv("LINATTN_FUSED_VT")) vt = std::atoi(e) == 32 ? 32 : 64;
+    static const int forced = [] {  // read once: the knob is set before the process starts
+      const char* e = std::getenv("LINATTN_FUSED_VT");
+      return e ? (std::atoi(e) == 32 ? 32 : 64) : 0;
+    }();
+    if (forced) vt = forced;
   }
   for (int stages = 2; stages > 0; --stages) {
     const std::size_t b = kern::state_smem_bytes(dt, K, stages, vt, rows);
@@ -144,18 +136,9 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   Status s = supported(p);
   if (!s.ok()) return s;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  int prev_dev = 0;
-  cudaError_t e = cudaGetDevice(&prev_dev);
-  if (e != cudaSuccess) return cuda_error("cudaGetDevice", e);
-  if (prev_dev != p.device.index) {
-    if ((e = cudaSetDevice(p.device.index)) != cudaSuccess) return cuda_error("cudaSetDevice", e);
-  }
-  struct Restore {
-    int dev, prev;
-    ~Restore() {
-      if (dev != prev) cudaSetDevice(prev);
-    }
-  } restore{p.device.index, prev_dev};
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  cudaError_t e = cudaSuccess;
 
   const WsLayout lay(p);
   if (ws.bytes < lay.total) return {StatusCode::kWorkspaceTooSmall, "CUDA forward workspace too small"};

@@ -3,6 +3,7 @@
 // the final fixed-order reductions and the transforms' backward. The token-recurrence kernels are
 // in chunk_bwd_token.cu; design in chunk_bwd.cuh.
 #include "cuda/common/chunk_bwd.hpp"
+#include "cuda/common/host_util.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -307,15 +308,6 @@ __global__ void widen_kernel(const WidenArgs a) {
   for (int64_t i = tail + i0; i < n; i += stride) dst[i] = ldf(src, a.dt, i);
 }
 
-int dtype_code(DType d) {
-  switch (d) {
-    case DType::kFloat16: return 0;
-    case DType::kBFloat16: return 1;
-    case DType::kFloat32: return 2;
-    default: return 3;
-  }
-}
-
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -474,10 +466,6 @@ Status supported(const detail::Problem& p) {
   return Status::Ok();
 }
 
-Status cuda_error(const char* what, cudaError_t e) {
-  return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
-}
-
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
 
 }  // namespace
@@ -508,17 +496,9 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   const std::size_t need = workspace_of(p, path);
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
-  int prev_dev = 0;
-  cudaError_t e = cudaGetDevice(&prev_dev);
-  if (e != cudaSuccess) return cuda_error("cudaGetDevice", e);
-  if (prev_dev != p.device.index && (e = cudaSetDevice(p.device.index)) != cudaSuccess)
-    return cuda_error("cudaSetDevice", e);
-  struct Restore {
-    int dev, prev;
-    ~Restore() {
-      if (dev != prev) cudaSetDevice(prev);
-    }
-  } restore{p.device.index, prev_dev};
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  cudaError_t e = cudaSuccess;
 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);

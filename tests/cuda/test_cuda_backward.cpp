@@ -303,6 +303,10 @@ double chunked16_bound(int i, double tol) {
   if (i == 5 || i == 6) return 0.5;    // dA_log, ddt_bias
   return tol;
 }
+// The split form (hi + lo halves, cuda::kBackwardSplit) meets SPEC on every per-token gradient and
+// dh0; dA_log and ddt_bias (per-head sums over all tokens) only to 0.5, as above (measured 0.2):
+// the default runs float32 when they are asked for.
+double split_bound(int i, double tol) { return (i == 5 || i == 6) ? 0.5 : tol; }
 
 struct Worst16Chunked {
   double err[2][8] = {};  // [fp16, bf16][gradient]
@@ -325,10 +329,14 @@ struct ModeScope {
   ~ModeScope() { cuda::set_backward_mode(cuda::kBackwardFromEnv); }
 };
 
-// `mode`: a cuda::BackwardMode (the default: the automatic choice, chunked in float32).
+// `mode`: a cuda::BackwardMode (the default: the automatic choice, chunked).
 void check_case(const Case& c, bool api = false, int mode = cuda::kBackwardFromEnv) {
   const bool chunked16 = mode == cuda::kBackwardChunked16;
-  SCOPED_TRACE(c.name() + (chunked16 ? " [chunked16]" : (mode == cuda::kBackwardToken ? " [token]" : "")));
+  SCOPED_TRACE(c.name() + (chunked16 ? " [chunked16]"
+                                      : (mode == cuda::kBackwardToken       ? " [token]"
+                                         : mode == cuda::kBackwardChunked32 ? " [chunked32]"
+                                         : mode == cuda::kBackwardSplit     ? " [split]"
+                                                                            : "")));
   const Inputs x = make_inputs(c);
   Grads got, ref;
   Status s;
@@ -344,12 +352,13 @@ void check_case(const Case& c, bool api = false, int mode = cuda::kBackwardFromE
   const int di = c.dt == DType::kFloat16 ? 0 : (c.dt == DType::kBFloat16 ? 1 : 2);
   static Worst16Chunked w16;
   const bool loose = chunked16 && c.dt != DType::kFloat32;
+  const bool split = mode == cuda::kBackwardSplit && c.dt != DType::kFloat32;
   for (int i = 0; i < 8; ++i) {
     if (!got.at(i)->present()) continue;
     const double e = rel_err(*got.at(i), *ref.at(i));
-    EXPECT_LE(e, loose ? chunked16_bound(i, tol) : tol) << kGradNames[i];
+    EXPECT_LE(e, loose ? chunked16_bound(i, tol) : (split ? split_bound(i, tol) : tol)) << kGradNames[i];
     if (loose) w16.err[di][i] = std::max(w16.err[di][i], e);
-    else worst().err[di][i] = std::max(worst().err[di][i], e);
+    else if (!split || split_bound(i, tol) == tol) worst().err[di][i] = std::max(worst().err[di][i], e);
   }
 }
 
@@ -485,7 +494,7 @@ TEST(CudaBackward, SmallDeterministic) {
   };
   const Run runs[] = {{DType::kBFloat16, cuda::kBackwardFromEnv}, {DType::kFloat16, cuda::kBackwardFromEnv},
                       {DType::kFloat32, cuda::kBackwardFromEnv}, {DType::kBFloat16, cuda::kBackwardChunked16},
-                      {DType::kBFloat16, cuda::kBackwardToken}};
+                      {DType::kBFloat16, cuda::kBackwardChunked32}, {DType::kBFloat16, cuda::kBackwardToken}};
   for (Family fam : {Family::kKDA, Family::kGDN})
     for (const Run& r : runs) {
       Case c;
@@ -575,8 +584,8 @@ TEST(CudaBackward, SmallChunkedMatchesTokenReplay) {
       c.gate = Gate::kSoftplus;
       SCOPED_TRACE(c.name());
       const Inputs x = make_inputs(c);
-      Grads a, b, b16;
-      Status s1, s2, s3;
+      Grads a, b, b16, b32;
+      Status s1, s2, s3, s4;
       {
         ModeScope m(cuda::kBackwardToken);
         s1 = run_cuda(c, x, &a);
@@ -589,13 +598,19 @@ TEST(CudaBackward, SmallChunkedMatchesTokenReplay) {
         ModeScope m(cuda::kBackwardChunked16);
         s3 = run_cuda(c, x, &b16);
       }
+      {
+        ModeScope m(cuda::kBackwardChunked32);
+        s4 = run_cuda(c, x, &b32);
+      }
       ASSERT_TRUE(s1.ok()) << s1.message;
       ASSERT_TRUE(s2.ok()) << s2.message;
       ASSERT_TRUE(s3.ok()) << s3.message;
+      ASSERT_TRUE(s4.ok()) << s4.message;
       for (int i = 0; i < 8; ++i) {
         if (!a.at(i)->present()) continue;
         const double tol = tolerance_for(dt);
         EXPECT_LE(rel_err(*b.at(i), *a.at(i)), tol) << kGradNames[i] << " (chunked)";
+        EXPECT_LE(rel_err(*b32.at(i), *a.at(i)), tol) << kGradNames[i] << " (chunked32)";
         EXPECT_LE(rel_err(*b16.at(i), *a.at(i)), dt == DType::kFloat32 ? tol : chunked16_bound(i, tol))
             << kGradNames[i] << " (chunked16)";
       }
@@ -635,10 +650,44 @@ TEST(CudaBackward, ChunkedSixteenBit) {
     }
 }
 
-// The default backward (chunked, computed in float32) on 16-bit inputs meets SPEC's 1e-2 on every
-// gradient where chunked16 misses it: dβ at T = 1 with an initial state and dht (1.6e-2), dA_log /
-// ddt_bias on the 15-sequence varlen layout with the lower-bound gate, A_log, dt_bias and sigmoid
-// β (1.8e-2 / 8.6e-2).
+// The split form (the default for 16-bit inputs without A_log / dt_bias) on every option, odd
+// lengths with both states, and the 15-sequence varlen layout, forced on in-kernel gates too.
+TEST(CudaBackward, SplitSixteenBit) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN})
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (Case c : option_cases(fam)) {
+        c.dt = dt;
+        check_case(c, false, cuda::kBackwardSplit);
+      }
+      for (int64_t T : {1, 63, 65, 1500}) {
+        Case c;
+        c.fam = fam;
+        c.dt = dt;
+        c.T = T;
+        c.h0 = true;
+        c.dht = true;
+        check_case(c, false, cuda::kBackwardSplit);
+      }
+      Case c;
+      c.fam = fam;
+      c.dt = dt;
+      c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
+      c.T = 8192;
+      c.H = 1;
+      c.HV = 1;
+      c.h0 = true;
+      c.dht = true;
+      c.beta_sigmoid = true;
+      if (fam == Family::kKDA) c.gate = Gate::kLowerBound;
+      check_case(c, false, cuda::kBackwardSplit);
+    }
+}
+
+// The default backward on 16-bit inputs (chunked, with hi + lo halves) and the float32-compute
+// form (chunked32) meet SPEC's 1e-2 on every gradient where chunked16 misses it: dβ at T = 1 with
+// an initial state and dht (1.6e-2), dA_log / ddt_bias on the 15-sequence varlen layout with the
+// lower-bound gate, A_log, dt_bias and sigmoid β (1.8e-2 / 8.6e-2).
 TEST(CudaBackward, SixteenBitDefaultMeetsBar) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN})
@@ -650,9 +699,11 @@ TEST(CudaBackward, SixteenBitDefaultMeetsBar) {
       c.h0 = true;
       c.dht = true;
       check_case(c);
+      check_case(c, false, cuda::kBackwardChunked32);
       c.gate = Gate::kSoftplus;
       c.beta_sigmoid = true;
       check_case(c);
+      check_case(c, false, cuda::kBackwardChunked32);
       Case v;
       v.fam = fam;
       v.dt = dt;
@@ -665,6 +716,7 @@ TEST(CudaBackward, SixteenBitDefaultMeetsBar) {
       v.beta_sigmoid = true;
       v.gate = fam == Family::kKDA ? Gate::kLowerBound : Gate::kSoftplus;
       check_case(v);
+      check_case(v, false, cuda::kBackwardChunked32);
     }
 }
 
@@ -703,18 +755,28 @@ TEST(CudaBackward, SmallUnknownModeEnv) {
     EXPECT_EQ(bytes_for("chunked16"), btok);  // an explicit mode wins over the variable
   }
   EXPECT_GT(def, 0u);
-  EXPECT_LT(b16, def);  // no float32 copies of the inputs, 16-bit intermediates
+  EXPECT_LT(b16, def);
   EXPECT_EQ(bytes_for("chunked"), def);
   EXPECT_EQ(bytes_for(""), def);  // empty: as if unset
   EXPECT_EQ(bytes_for("chunked16"), b16);
   EXPECT_EQ(bytes_for("token"), btok);
-  EXPECT_EQ(bytes_for("chunked32"), 0u);
-  DBuf ws(def);
+  std::size_t b32 = 0;
+  {
+    ModeScope m(cuda::kBackwardChunked32);
+    b32 = bytes_for(nullptr);
+  }
+  EXPECT_EQ(b32, def);  // an in-kernel gate with A_log: the default computes in float32
+  EXPECT_EQ(bytes_for("chunked32"), b32);
+  const std::size_t bsplit = bytes_for("split");
+  EXPECT_LT(b16, bsplit);   // the low halves
+  EXPECT_LT(bsplit, b32);   // no float32 intermediates or input copies
+  EXPECT_EQ(bytes_for("chunked64"), 0u);
+  DBuf ws(b32);
   ASSERT_NE(ws.p, nullptr);
-  Status s = cuda::backward_kda_gdn(p, in, out, Workspace{ws.p, def}, nullptr);
+  Status s = cuda::backward_kda_gdn(p, in, out, Workspace{ws.p, b32}, nullptr);
   EXPECT_EQ(s.code, StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message.find("chunked32"), std::string::npos) << s.message;
-  for (const char* name : {"chunked", "chunked16", "token"})
+  EXPECT_NE(s.message.find("chunked64"), std::string::npos) << s.message;
+  for (const char* name : {"chunked", "split", "chunked16", "chunked32", "token"})
     EXPECT_NE(s.message.find(name), std::string::npos) << s.message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Grads after = make_grads(c, x, false);  // poisoned, like g before the call
@@ -771,7 +833,7 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   c.beta_sigmoid = true;
   const Inputs x = make_inputs(c);
   Grads g;
-  double ms = 0, ms16 = 0, token_ms = 0;
+  double ms = 0, ms16 = 0, ms32 = 0, mssplit = 0, token_ms = 0;
   Status s;
   {
     ModeScope m(cuda::kBackwardToken);
@@ -784,13 +846,23 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   }
   ASSERT_TRUE(s.ok()) << s.message;
   {
+    ModeScope m(cuda::kBackwardChunked32);
+    s = run_cuda(c, x, &g, false, &ms32);
+  }
+  ASSERT_TRUE(s.ok()) << s.message;
+  {
+    ModeScope m(cuda::kBackwardSplit);
+    s = run_cuda(c, x, &g, false, &mssplit);
+  }
+  ASSERT_TRUE(s.ok()) << s.message;
+  {
     ModeScope m(cuda::kBackwardChunked);  // the default, last: g holds its gradients
     s = run_cuda(c, x, &g, false, &ms);
   }
   ASSERT_TRUE(s.ok()) << s.message;
   const char* dn = dtype_name(c.dt);
-  std::printf("[bench] KDA B2 T8192 H32 K128 V128 %s backward: default (chunked, float32 compute) %.3f ms, "
-              "chunked16 %.3f ms, token replay %.3f ms\n", dn, ms, ms16, token_ms);
+  std::printf("[bench] KDA B2 T8192 H32 K128 V128 %s backward: default (chunked) %.3f ms, split %.3f ms, "
+              "chunked16 %.3f ms, chunked32 %.3f ms, token replay %.3f ms\n", dn, ms, mssplit, ms16, ms32, token_ms);
   // finite gradients
   for (int i = 0; i < 3; ++i) {
     const HostTensor& t = *g.at(i);
@@ -834,8 +906,9 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
         return double(cuda::backward_kda_gdn_workspace_bytes(p));
       };
       const double wsb = ws_of(cuda::kBackwardChunked);
-      std::printf("[bench] backward workspace GiB: chunked16 %.3f, token replay %.3f\n",
-                  ws_of(cuda::kBackwardChunked16) / (1 << 30), ws_of(cuda::kBackwardToken) / (1 << 30));
+      std::printf("[bench] backward workspace GiB: split %.3f, chunked16 %.3f, chunked32 %.3f, token replay %.3f\n",
+                  ws_of(cuda::kBackwardSplit) / (1 << 30), ws_of(cuda::kBackwardChunked16) / (1 << 30),
+                  ws_of(cuda::kBackwardChunked32) / (1 << 30), ws_of(cuda::kBackwardToken) / (1 << 30));
       double io = 0;
       for (const HostTensor* h : {&x.q, &x.k, &x.v, &x.g, &x.beta, &x.A_log, &x.dt_bias, &x.d_o})
         if (h->present()) io += double(h->bytes.size());

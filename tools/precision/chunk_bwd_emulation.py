@@ -27,12 +27,14 @@ SITES = {
     "W": ("chunk_prep.cuh", "W = M^-1 (beta E*k), stored"),
     "U": ("chunk_prep.cuh", "U = M^-1 (beta v), stored"),
     "Qg": ("chunk_prep.cuh", "s*q*exp(gamma), stored for pass 1"),
-    "KgT": ("chunk_prep.cuh", "(k*F)^T, F = exp(gamma_L - gamma), stored for state + pass 1"),
+    "KgT": ("chunk_prep.cuh", "(k*F)^T, F = exp(gamma_L - gamma), as pass 1 reads it (dN = Kg dS+)"),
+    "KgTs": ("chunk_state.cu", "(k*F)^T as the state pass reads it (S+ = e_L S + KgT^T N)"),
     "Sfwd": ("chunk_state.cu", "S tile (Ss) in N = U - W S"),
     "N": ("chunk_state.cu", "N = V_new tile (Vs) in S+ = e_L S + KgT^T N"),
     "Nb": ("chunk_state.cu", "N written to vnew, read by pass 2"),
     "dSt": ("chunk_bwd_wy.cu dh_kernel", "dS+ tile (dSt) in dN = Aqk^T dO + Kg dS+"),
-    "dN": ("chunk_bwd_wy.cu dh_kernel", "dN stored for pass 2 and -dN^T (dNt) in dS"),
+    "dN": ("chunk_bwd_wy.cu dh_kernel", "dN stored for pass 2 (dY = B^T dN)"),
+    "dNt": ("chunk_bwd_wy.cu dh_kernel", "-dN^T (dNt) in the dS update"),
     "dY": ("chunk_bwd_wy.cu wy_kernel", "dY = B^T dN stored (dM, dX, <dY, v>)"),
     "A1": ("chunk_bwd_wy.cu wy_kernel", "A1 = s*Lo(dO N^T) tile"),
     "dM": ("chunk_bwd_wy.cu wy_kernel", "dM = -SLo(dY N^T) tile"),
@@ -194,7 +196,7 @@ def _chunk_forward(Qh, Kh, Vv, B, G, S, s, rnd):
     U = rnd(Tp @ rnd(B[:, None] * Vv, "bv"), "U")
     Qg, Kg = rnd(s * Qh * E, "Qg"), rnd(Kh * F, "KgT")
     Nv = U - W @ rnd(S, "Sfwd")
-    S_next = np.exp(gL)[:, None] * S + Kg.T @ rnd(Nv, "N")
+    S_next = np.exp(gL)[:, None] * S + rnd(Kh * F, "KgTs").T @ rnd(Nv, "N")
     ops = dict(Aqk=rnd(Aqk, "Aqk"), Ainv=rnd(Minv, "Ainv"), W=W, Qg=Qg, Kg=Kg, N=rnd(Nv, "Nb"),
                S=S.copy(), E=E, F=F, gL=gL)
     return ops, S_next
@@ -203,7 +205,7 @@ def _chunk_forward(Qh, Kh, Vv, B, G, S, s, rnd):
 def _pass1(op, DO, dSp, rnd):
     """dh_kernel for one chunk: dN and the dS of the previous chunk."""
     dN = op["Aqk"].T @ DO + op["Kg"] @ rnd(dSp, "dSt")
-    dS = np.exp(op["gL"])[:, None] * dSp + op["Qg"].T @ DO + op["W"].T @ rnd(-dN, "dN")
+    dS = np.exp(op["gL"])[:, None] * dSp + op["Qg"].T @ DO + op["W"].T @ rnd(-dN, "dNt")
     return rnd(dN, "dN"), dS
 
 

@@ -122,6 +122,10 @@ struct DhParams {
   float* dh;        // [blocks][K][V]
   void* dN;         // [blocks][64][V], compute type
   int N, HV, K, V, v_first, stages;
+  // split mode (16-bit compute type; both or neither, stages > 0): KgT's low half (from chunk_prep)
+  // in, dN's low half out, so that Kg dS⁺ and the stored dN carry ~16 mantissa bits.
+  const void* KgT_lo = nullptr;
+  void* dN_lo = nullptr;
 };
 
 struct WyGate {
@@ -155,10 +159,16 @@ struct WyParams {
   int num_chunks, H, HV, G, K, V;
   float scale;
   int l2norm;
+  // split mode (16-bit; both or neither): dN's low half in (dY = Bᵀ (dN_hi + dN_lo)) and dY's low
+  // half out to scratch [blocks][64][V]; dX = −(dY_hi + dY_lo) Sᵀ and ⟨dY, v⟩ from the float dY.
+  const void* dN_lo = nullptr;
+  void* dY_lo = nullptr;
+  // split mode: V_new's low half (chunk_state's vnew_lo) in A1, dM and N dS⁺ᵀ
+  const void* vnew_lo = nullptr;
 };
 
 int dh_v_tile(int dtype);
-std::size_t dh_smem_bytes(int dtype, int K, int stages);
+std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 

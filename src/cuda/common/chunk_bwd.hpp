@@ -15,19 +15,29 @@ namespace linattn::cuda {
 // Which backward runs (set_backward_mode). The workspace size and the call must be made under the
 // same setting.
 enum BackwardMode : int {
-  // Default: LINATTN_CUDA_BWD if set (chunked | chunked16 | token; any other value makes the
-  // backward fail with kInvalidArgument and write nothing), else kBackwardChunked.
+  // Default: LINATTN_CUDA_BWD if set (chunked | chunked16 | chunked32 | token; any other value
+  // makes the backward fail with kInvalidArgument and write nothing), else kBackwardChunked.
   kBackwardFromEnv = -1,
-  // The chunked WY form on tensor cores computed in float32 for every input dtype: bf16/fp16
-  // q, k, v, dO are widened to float32 in the workspace and the gradients written in the
-  // caller's dtypes (the automatic choice; LINATTN_CUDA_BWD=chunked).
+  // The chunked WY form on tensor cores (LINATTN_CUDA_BWD=chunked, the automatic choice). For
+  // bf16/fp16 inputs it computes in the input type and keeps the few operands whose rounding
+  // matters (U, Kg, V_new, dS⁺ in dN, dN, dY) as hi + lo halves (kBackwardSplit). It computes in
+  // float32 instead (kBackwardChunked32) when the in-kernel gate has A_log or dt_bias (their
+  // gradients are per-head sums over all tokens that 16-bit intermediates cannot resolve to
+  // SPEC's 1e-2), and at K = 256 (pass 1's split operands do not fit shared memory).
   kBackwardChunked = 0,
   // The token replay, float32 throughout, slower (LINATTN_CUDA_BWD=token).
   kBackwardToken = 1,
-  // The chunked form computed in the 16-bit input type: faster and a smaller workspace, but dβ
-  // and the gate-parameter gradients can miss SPEC's 1e-2 (docs/chunked_backward.md, "Precision
+  // The chunked form computed in the 16-bit input type alone: faster and a smaller workspace, but
+  // dβ and the gate-parameter gradients can miss SPEC's 1e-2 (docs/chunked_backward.md, "Precision
   // on 16-bit inputs"); opt-in (LINATTN_CUDA_BWD=chunked16). Same as kBackwardChunked for float32.
   kBackwardChunked16 = 2,
+  // The chunked form computed in float32 for every input dtype: 16-bit q, k, v, dO are widened to
+  // float32 in the workspace, the gradients written in the caller's dtypes. About twice the time
+  // and more workspace; the most accurate (LINATTN_CUDA_BWD=chunked32).
+  kBackwardChunked32 = 3,
+  // The split form (above) whatever the gate (LINATTN_CUDA_BWD=split): dA_log and ddt_bias can
+  // then miss SPEC's 1e-2 (0.2 measured on a one-head varlen case); float32 at K = 256.
+  kBackwardSplit = 4,
 };
 void set_backward_mode(int mode);  // a BackwardMode; values outside it select kBackwardFromEnv
 // The earlier name (then -1 automatic, 0 chunked, 1 token replay): the same values as

@@ -121,10 +121,17 @@ struct DhLayout {
   static constexpr int o_off = w_off + kC * ldw * es;
   static constexpr int ge_off = o_off + kC * ldo * es;
   static constexpr int stage = ge_off + K * 4;
+  // split mode (16-bit, DhParams::KgT_lo): KgT's low half staged after the rest
+  static constexpr int ktlo_off = stage;
+  static constexpr int stage_split = ktlo_off + K * ldkt * es;
   static constexpr int ds_bytes = VT * lds * es;
   static constexpr int dn_bytes = VT * ldn * es;
   static constexpr int o0_bytes = kC * ldo * es;  // dO when not staged (stages == 0)
-  static constexpr int fixed = ds_bytes + dn_bytes + o0_bytes;
+  // shared memory: stages x stage (+ KgT lo), dS⁺ᵀ (+ its low half), -dNᵀ, dO when not staged
+  static constexpr int bytes(int stages, bool split) {
+    return stages * (split ? stage_split : stage) + ds_bytes * (split ? 2 : 1) + dn_bytes +
+           (stages == 0 ? o0_bytes : 0);
+  }
 };
 
 template <class T, int K, int VT>
@@ -137,11 +144,17 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   const int stages = p.stages;
+  // split (16-bit): dN = Aqkᵀ dO + (Kg_hi + Kg_lo)(dS⁺_hi + dS⁺_lo) without the lo·lo term, and dN
+  // leaves as hi + lo halves (docs/chunked_backward.md, "Precision on 16-bit inputs")
+  const bool split = kIs16<T> && p.KgT_lo != nullptr;
+  const int stage_bytes = split ? Lay::stage_split : Lay::stage;
 
-  unsigned char* fixed = smem + (stages > 0 ? stages * Lay::stage : 0);
+  unsigned char* fixed = smem + stages * stage_bytes;
   T* dSt = reinterpret_cast<T*>(fixed);                                     // dS⁺ᵀ [VT][K]
-  T* dNt = reinterpret_cast<T*>(fixed + Lay::ds_bytes);                     // -dNᵀ [VT][64]
-  T* dO0 = reinterpret_cast<T*>(fixed + Lay::ds_bytes + Lay::dn_bytes);     // dO (stages == 0)
+  T* dStlo = reinterpret_cast<T*>(fixed + Lay::ds_bytes);                   // its low half (split)
+  unsigned char* after_ds = fixed + Lay::ds_bytes * (split ? 2 : 1);
+  T* dNt = reinterpret_cast<T*>(after_ds);                                  // -dNᵀ [VT][64]
+  T* dO0 = reinterpret_cast<T*>(after_ds + Lay::dn_bytes);                  // dO (stages == 0)
 
   constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
   constexpr int WN = 8 / WM;
@@ -174,23 +187,29 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = sn0 + 8 * ni + 2 * t + (e & 1);
-          dSt[vv * Lay::lds + kk] = from_f<T>(D[mi][ni][e]);
+          const T hi = from_f<T>(D[mi][ni][e]);
+          dSt[vv * Lay::lds + kk] = hi;
+          if (split) dStlo[vv * Lay::lds + kk] = from_f<T>(D[mi][ni][e] - to_f(hi));
         }
   };
   write_ds();
 
   const T* Ag = static_cast<const T*>(p.Aqk);
   const T* KTg = static_cast<const T*>(p.KgT);
+  const T* KTlg = static_cast<const T*>(p.KgT_lo);
   const T* Qgg = static_cast<const T*>(p.Qg);
   const T* Wg = static_cast<const T*>(p.W);
   const T* dOg = static_cast<const T*>(p.d_o);
 
   auto issue = [&](int ci) {
-    unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
+    unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * stage_bytes;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
     const int t0 = si.t0 + ci * kC, Lc = min(kC, si.len - ci * kC);
     tile_async<T>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, kC, kC, kC);
     tile_async<T>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, K, kC, K);
+    if (split) {
+      tile_async<T>(reinterpret_cast<T*>(st + Lay::ktlo_off), Lay::ldkt, KTlg + blk * K * kC, kC, K, kC, K);
+    }
     tile_async<T>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, kC, K, kC);
     tile_async<T>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, kC, K, kC);
     tile_async<T>(reinterpret_cast<T*>(st + Lay::o_off), Lay::ldo,
@@ -221,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
           }
     }
 
-    const T *pA, *pKT, *pQ, *pW, *pO;
+    const T *pA, *pKT, *pKTlo = nullptr, *pQ, *pW, *pO;
     int lA, lKT, lQ, lW;
     const float* gex;
     if (stages > 0) {
@@ -232,9 +251,10 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
         if (stages == 1 && ci < nch - 1) issue(ci);
         cp_wait<0>();
       }
-      unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
+      unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * stage_bytes;
       pA = reinterpret_cast<const T*>(st + Lay::a_off);
       pKT = reinterpret_cast<const T*>(st + Lay::kt_off);
+      pKTlo = reinterpret_cast<const T*>(st + Lay::ktlo_off);
       pQ = reinterpret_cast<const T*>(st + Lay::q_off);
       pW = reinterpret_cast<const T*>(st + Lay::w_off);
       pO = reinterpret_cast<const T*>(st + Lay::o_off);
@@ -270,7 +290,12 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
       zero_acc(acc);
       mma_op<T, 1, NT, true, true>(acc, pA, lA, pO, Lay::ldo, tm0, tn0, tm0, kC);
       mma_op<T, 1, NT, true, false>(acc, pKT, lKT, dSt, Lay::lds, tm0, tn0, 0, K);
+      if (split) {  // stages > 0 here (the host never splits unstaged)
+        mma_op<T, 1, NT, true, false>(acc, pKT, lKT, dStlo, Lay::lds, tm0, tn0, 0, K);
+        mma_op<T, 1, NT, true, false>(acc, pKTlo, lKT, dSt, Lay::lds, tm0, tn0, 0, K);
+      }
       T* dNg = static_cast<T*>(p.dN) + blk * kC * V;
+      T* dNlg = split ? static_cast<T*>(p.dN_lo) + blk * kC * V : nullptr;
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -278,6 +303,10 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
           const int i = tm0 + g + 8 * hh, vv = tn0 + 8 * ni + 2 * t;
           const float x0 = acc[0][ni][2 * hh], x1 = acc[0][ni][2 * hh + 1];
           store2<T>(dNg + static_cast<int64_t>(i) * V + v0 + vv, x0, x1);
+          if (split) {
+            store2<T>(dNlg + static_cast<int64_t>(i) * V + v0 + vv, x0 - to_f(from_f<T>(x0)),
+                      x1 - to_f(from_f<T>(x1)));
+          }
           dNt[vv * Lay::ldn + i] = from_f<T>(-x0);
           dNt[(vv + 1) * Lay::ldn + i] = from_f<T>(-x1);
         }
@@ -449,14 +478,20 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
 
   // ---- A. dY, dv, dβ (v part), A1, dM, dR
+  // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below
+  const bool split = kIs16<T> && p.dN_lo != nullptr;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
   T* Ns = dNs + 64 * ld;
   T* dOs = Ns + 64 * ld;
   T* dYs = dOs + 64 * ld;
+  T* dNlos = dYs + 64 * ld;  // the union's sixth tile (split)
   const T* dNg = static_cast<const T*>(p.dN) + blk * kC * V;
+  const T* dNlg = split ? static_cast<const T*>(p.dN_lo) + blk * kC * V : nullptr;
   const T* Ng = static_cast<const T*>(p.vnew) + blk * kC * V;
   T* dYg = static_cast<T*>(p.dY) + blk * kC * V;
+  T* dYlg = split ? static_cast<T*>(p.dY_lo) + blk * kC * V : nullptr;
+  const T* Nlg = split ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
   T* dvg = static_cast<T*>(p.dv);
   tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC, kC);
   float accA[1][4][4], accM[1][4][4];
@@ -465,12 +500,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   float dby[2] = {0.f, 0.f};
   for (int v0 = 0; v0 < V; v0 += 64) {
     tile64<T>(dNs, ld, dNg + v0, V, kC);
+    if (split) tile64<T>(dNlos, ld, dNlg + v0, V, kC);
     tile64<T>(Ns, ld, Ng + v0, V, kC);
     tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
     __syncthreads();
     float y[1][4][4];
     zero_acc(y);
     mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
+    if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
@@ -479,11 +516,16 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         const float y0 = y[0][ni][2 * hh], y1 = y[0][ni][2 * hh + 1];
         store2<T>(dYs + i * ld + vv, y0, y1);
         store2<T>(dYg + static_cast<int64_t>(i) * V + v0 + vv, y0, y1);
+        if (split) {
+          store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
+                    y1 - to_f(from_f<T>(y1)));
+        }
         if (i < Lc) {
           const T* vr = vbase + i * v_row + v0 + vv;
-          // the rounded dY, as in dX = −dY Sᵀ: ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when
-          // v ≈ Sᵀ(E k), so both must see the same dY
-          dby[hh] += to_f(from_f<T>(y0)) * to_f(vr[0]) + to_f(from_f<T>(y1)) * to_f(vr[1]);
+          // ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the same dY:
+          // the rounded one, or in split mode the float one (dX then uses hi + lo)
+          const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
+          dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
           const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
           const float d0 = bet[i] * y0, d1 = bet[i] * y1;
           // float32 compute on 16-bit inputs writes dv in the caller's dtype, rounded once
@@ -496,6 +538,12 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     __syncthreads();
     mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
     mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
+    if constexpr (kIs16<T>) {
+      if (split) {  // V_new's low half straight from global memory (n-major B operand)
+        kern::warp_mma<T, 1, 4>(accA, kern::RowOp<T>{dOs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
+        kern::warp_mma<T, 1, 4>(accM, kern::RowOp<T>{dYs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
+      }
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -602,7 +650,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       mma_op<T, 1, 4, false, false>(aq, dOs, ld, Ss, ld, tm0, n0, 0, 64);
       mma_op<T, 1, 4, false, false>(an, Ns, ld, dSs, ld, tm0, n0, 0, 64);
       mma_op<T, 1, 4, false, false>(ax, dYs, ld, Ss, ld, tm0, n0, 0, 64);
-      if constexpr (kIs16<T>) mma_op<T, 1, 4, false, false>(ax, dYs, ld, Slo, ld, tm0, n0, 0, 64);
+      if constexpr (kIs16<T>) {
+        mma_op<T, 1, 4, false, false>(ax, dYs, ld, Slo, ld, tm0, n0, 0, 64);
+        // split: dY's low half straight from global memory (L2; written by this CTA in phase A)
+        if (split) {
+          kern::warp_mma<T, 1, 4>(ax, kern::RowOp<T>{dYlg + v0, V}, kern::ColOp<T>{Ss, ld}, tm0, n0, 0, 64);
+          kern::warp_mma<T, 1, 4>(an, kern::RowOp<T>{Nlg + v0, V}, kern::ColOp<T>{dSs, ld}, tm0, n0, 0, 64);
+        }
+      }
       __syncthreads();
     }
     rs += __shfl_xor_sync(0xffffffffu, rs, 1);
@@ -857,10 +912,10 @@ cudaError_t launch_dh_k(const DhParams& p, int smem, cudaStream_t s) {
 }
 
 template <class T, int VT>
-std::size_t dh_smem_k(int K, int stages) {
+std::size_t dh_smem_k(int K, int stages, bool split) {
   auto f = [&](auto lay) -> std::size_t {
     using Ly = decltype(lay);
-    return static_cast<std::size_t>(stages) * Ly::stage + Ly::fixed;
+    return static_cast<std::size_t>(Ly::bytes(stages, split && kIs16<T>));
   };
   switch (K) {
     case 64: return f(DhLayout<T, 64, VT>{});
@@ -893,11 +948,11 @@ cudaError_t launch_wy_v(int dtype, const WyParams& p, cudaStream_t s) {
 
 int dh_v_tile(int dtype) { return dtype == 2 ? 32 : 64; }
 
-std::size_t dh_smem_bytes(int dtype, int K, int stages) {
+std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split) {
   switch (dtype) {
-    case 0: return dh_smem_k<__half, 64>(K, stages);
-    case 1: return dh_smem_k<__nv_bfloat16, 64>(K, stages);
-    default: return dh_smem_k<float, 32>(K, stages);
+    case 0: return dh_smem_k<__half, 64>(K, stages, split);
+    case 1: return dh_smem_k<__nv_bfloat16, 64>(K, stages, split);
+    default: return dh_smem_k<float, 32>(K, stages, split);
   }
 }
 

@@ -63,6 +63,12 @@ struct PrepParams {
   // raw-row mode are written instead, per (chunk, hv) [2][64] floats: s r_q,i e^{γ_i} (Qg = that
   // times q_i) and r_k,i e^{γ_C - γ_i} (KgT's column i = that times k_i); 0 past the chunk's end.
   float* rowfac = nullptr;
+  // [backward, 16-bit] optional low halves: x − round(x) in the compute type, so that hi + lo
+  // carries x to ~16 mantissa bits where the backward's accuracy needs it (docs/chunked_backward.md,
+  // "Precision on 16-bit inputs"). U_lo: U = M⁻¹ (β v) with β v itself split into hi + lo operands;
+  // KgT_lo: of KgT. Null = not written (the forward).
+  void* U_lo = nullptr;
+  void* KgT_lo = nullptr;
 };
 
 struct StateParams {
@@ -86,6 +92,11 @@ struct StateParams {
   // [backward] optional: V_new = U - W S per (chunk, hv), [64][V] in the compute type; null = not written.
   // May alias U (each element is read before it is overwritten, by the same thread).
   void* vnew = nullptr;
+  // [backward, 16-bit, stages > 0] optional: PrepParams::U_lo; V_new = (U + U_lo) − W S, and
+  // V_new enters the S update as hi + lo halves. Null = U alone.
+  const void* U_lo = nullptr;
+  // With U_lo: V_new's low half per (chunk, hv) [64][V]; may alias U_lo (read first, same thread).
+  void* vnew_lo = nullptr;
   // Optional: the state before each chunk in the compute type, per (chunk, hv) [V][K] (K contiguous,
   // whatever v_first says); null = not written. With o, launch_state needs hs, vnew, chunks and
   // num_chunks: O = Qg S_c + Aqk V_new runs as a third, chunk-parallel kernel over them.

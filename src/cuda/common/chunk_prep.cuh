@@ -613,8 +613,15 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       for (int e = tq; e < K * (kC / 2); e += nq) {
         const int d = e >> 5, i = 2 * (e & 31);
         const float gC = gm(kC - 1, d);
-        store2<T>(out + d * kC + i, rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d)),
-                  rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d)));
+        const float x0 = rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d));
+        const float x1 = rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d));
+        store2<T>(out + d * kC + i, x0, x1);
+        if constexpr (kIs16<T>) {
+          if (p.KgT_lo) {
+            store2<T>(static_cast<T*>(p.KgT_lo) + blk * K * kC + d * kC + i, x0 - to_f(from_f<T>(x0)),
+                      x1 - to_f(from_f<T>(x1)));
+          }
+        }
       }
     }
     }
@@ -659,9 +666,12 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   }
   // ---- 5. W = T (β exp(γ) k), U = T (β v): warp = (row tile mt, column half)
   if constexpr (kIs16<T>) {
-    // β v staged in the (now free) Akk area when it fits (V <= 128), from the registers
+    // β v staged in the (now free) Akk area when it fits (V <= 128), from the registers. With
+    // p.U_lo the product runs twice, on round(β v) and then on β v − round(β v) (the same
+    // accumulators), and U leaves as hi + lo halves.
     T* Vst = reinterpret_cast<T*>(smem + L.akk);
-    if (vstage) {
+    const bool split_u = p.U_lo != nullptr;
+    auto stage_bv = [&](bool low) {
       const int lvp = 31 - __clz(vpieces);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -671,10 +681,16 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
           T* x = reinterpret_cast<T*>(&w);
           const float b = bet[j];
 #pragma unroll
-          for (int m = 0; m < per; ++m) x[m] = from_f<T>(b * to_f(x[m]));
+          for (int m = 0; m < per; ++m) {
+            const float bv = b * to_f(x[m]);
+            x[m] = from_f<T>(low ? bv - to_f(from_f<T>(bv)) : bv);
+          }
           *reinterpret_cast<uint4*>(Vst + j * ldv + d) = w;
         }
       }
+    };
+    if (vstage) {
+      stage_bv(false);
       __syncthreads();
     }
     const int mt = warp & 3, half = warp >> 2;
@@ -699,6 +715,28 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         store2<T>(dst + (16 * mt + g + 8) * ld + col, acc[ni][2], acc[ni][3]);
       }
     };
+    // the low half x − round(x) of a tile (U_lo)
+    auto out_tile_lo = [&](T* dst, int ld, int n0, float (&acc)[4][4]) {
+      auto lo = [](float x) { return x - to_f(from_f<T>(x)); };
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = n0 + 8 * ni + 2 * t;
+        store2<T>(dst + (16 * mt + g) * ld + col, lo(acc[ni][0]), lo(acc[ni][1]));
+        store2<T>(dst + (16 * mt + g + 8) * ld + col, lo(acc[ni][2]), lo(acc[ni][3]));
+      }
+    };
+    auto mma_staged = [&](float (&acc)[4][4], const T* B, int ldb, int n0) {
+      for (int k0 = 0; k0 < kend; k0 += 16) {
+        uint32_t a[4], b0[2][2], b1[2][2];
+        afrag(a, k0);
+        ldsm_b_k(b0, B, ldb, k0, n0);
+        ldsm_b_k(b1, B, ldb, k0, n0 + 16);
+        mma16<T>(acc[0], a, b0[0]);
+        mma16<T>(acc[1], a, b0[1]);
+        mma16<T>(acc[2], a, b1[0]);
+        mma16<T>(acc[3], a, b1[1]);
+      }
+    };
     T* Wout = static_cast<T*>(p.W) + blk * kC * K;
     for (int n0 = half * (K / 2); n0 < (half + 1) * (K / 2); n0 += 32) {
       float acc[4][4];
@@ -706,50 +744,56 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
-      for (int k0 = 0; k0 < kend; k0 += 16) {
-        uint32_t a[4], b0[2][2], b1[2][2];
-        afrag(a, k0);
-        ldsm_b_k(b0, ks, ldk, k0, n0);
-        ldsm_b_k(b1, ks, ldk, k0, n0 + 16);
-        mma16<T>(acc[0], a, b0[0]);
-        mma16<T>(acc[1], a, b0[1]);
-        mma16<T>(acc[2], a, b1[0]);
-        mma16<T>(acc[3], a, b1[1]);
-      }
+      mma_staged(acc, ks, ldk, n0);
       out_tile(Wout, K, n0, acc);
     }
     T* Uout = static_cast<T*>(p.U) + blk * kC * V;
-    for (int n0 = half * (V / 2); n0 < (half + 1) * (V / 2); n0 += 32) {
-      float acc[4][4];
+    T* Ulo = split_u ? static_cast<T*>(p.U_lo) + blk * kC * V : nullptr;
+    if (vstage) {
+      // V <= 128: at most two 32-column tiles per warp, both kept in registers across the restage
+      constexpr int kMaxTiles = 2;
+      float acc[kMaxTiles][4][4];
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+      for (int u = 0; u < kMaxTiles; ++u)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
-      if (vstage) {
-        for (int k0 = 0; k0 < kend; k0 += 16) {
-          uint32_t a[4], b0[2][2], b1[2][2];
-          afrag(a, k0);
-          ldsm_b_k(b0, Vst, ldv, k0, n0);
-          ldsm_b_k(b1, Vst, ldv, k0, n0 + 16);
-          mma16<T>(acc[0], a, b0[0]);
-          mma16<T>(acc[1], a, b0[1]);
-          mma16<T>(acc[2], a, b1[0]);
-          mma16<T>(acc[3], a, b1[1]);
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[u][ni][e] = 0.f;
+      const int ntile = (V / 2) / 32;
+#pragma unroll
+      for (int u = 0; u < kMaxTiles; ++u)
+        if (u < ntile) mma_staged(acc[u], Vst, ldv, half * (V / 2) + 32 * u);
+      if (split_u) {
+        __syncthreads();  // every warp is done with round(β v)
+        stage_bv(true);
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < kMaxTiles; ++u)
+          if (u < ntile) mma_staged(acc[u], Vst, ldv, half * (V / 2) + 32 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < kMaxTiles; ++u)
+        if (u < ntile) {
+          out_tile(Uout, V, half * (V / 2) + 32 * u, acc[u]);
+          if (split_u) out_tile_lo(Ulo, V, half * (V / 2) + 32 * u, acc[u]);
         }
-      } else {
+    } else {
+      for (int n0 = half * (V / 2); n0 < (half + 1) * (V / 2); n0 += 32) {
         auto tfun = [&](int i, int j) -> float { return Ti[i * kLdA + j]; };
         auto bu = [&](int j, int vv) -> float {
           return j < Lc ? bet[j] * to_f(vbase[static_cast<int64_t>(j) * HV * V + vv]) : 0.f;
         };
+        auto bu_lo = [&](int j, int vv) -> float {
+          const float x = bu(j, vv);
+          return x - to_f(from_f<T>(x));
+        };
         float acc3[1][4][4];
         zero_acc(acc3);
         warp_mma<T, 1, 4>(acc3, fn_op<T>(tfun), fn_opk<T>(bu), 16 * mt, n0, 0, kend);
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[ni][e] = acc3[0][ni][e];
+        if (split_u) warp_mma<T, 1, 4>(acc3, fn_op<T>(tfun), fn_opk<T>(bu_lo), 16 * mt, n0, 0, kend);
+        out_tile(Uout, V, n0, acc3[0]);
+        if (split_u) out_tile_lo(Ulo, V, n0, acc3[0]);
       }
-      out_tile(Uout, V, n0, acc);
     }
   } else {
     const int mt = warp & 3, half = warp >> 2;

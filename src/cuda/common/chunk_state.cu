@@ -31,9 +31,10 @@ struct StateLayout {
   static constexpr int w_off = 0;
   static constexpr int kt_off = w_off + kC * ldw * es;
   static constexpr int u_off = kt_off + K * ldkt * es;
-  static constexpr int ge_off = u_off + kC * ldu * es;
+  static constexpr int ulo_off = u_off + kC * ldu * es;  // U's low half (the backward's, 16-bit)
+  static constexpr int ge_off = ulo_off + kC * ldu * es;
   static constexpr int stage = ge_off + K * 4;
-  static constexpr int fixed = VT * lds * es + VT * ldv * es;
+  static constexpr int fixed = VT * lds * es + 2 * VT * ldv * es;  // S^T, V_new^T and its low half
 };
 
 template <class T, int K, int VT>
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
   unsigned char* fixed = smem + (stages > 0 ? stages * Lay::stage : 0);
   T* Ss = reinterpret_cast<T*>(fixed);                                  // S^T [VT][K]
   T* Vs = reinterpret_cast<T*>(fixed + VT * Lay::lds * Lay::es);        // V_new^T [VT][64]
+  T* Vslo = Vs + VT * Lay::ldv;                                         // its low half (split)
 
   // state tile layout over warps: WM x WN warps, each MI x NI m16n8 tiles
   constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
@@ -131,6 +133,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
 
   const T* Wg = static_cast<const T*>(p.W);
   const T* Ug = static_cast<const T*>(p.U);
+  const T* Ulg = static_cast<const T*>(p.U_lo);  // null: U alone
+  // split (the backward's 16-bit recompute): U and V_new as hi + lo halves
+  const bool split = smem_ops && Ulg != nullptr;
   const T* KTg = static_cast<const T*>(p.KgT);
 
   auto issue = [&](int ci) {
@@ -139,6 +144,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
     tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
     tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
+    if (Ulg) {
+      tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::ulo_off), Lay::ldu, Ulg + blk * kC * V + v0, V,
+                                     tid);
+    }
     tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
     cp_commit();
   };
@@ -187,18 +196,20 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     }
 
     // operand views for this chunk
-    RowOp<T> Wop, KTop, Uop;
+    RowOp<T> Wop, KTop, Uop, Ulop;
     const float* gex;
     if (stages > 0) {
       unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
       Wop = {reinterpret_cast<const T*>(st + Lay::w_off), Lay::ldw};
       KTop = {reinterpret_cast<const T*>(st + Lay::kt_off), Lay::ldkt};
       Uop = {reinterpret_cast<const T*>(st + Lay::u_off), Lay::ldu};
+      Ulop = {reinterpret_cast<const T*>(st + Lay::ulo_off), Lay::ldu};
       gex = reinterpret_cast<const float*>(st + Lay::ge_off);
     } else {
       Wop = {Wg + blk * kC * K, K};
       KTop = {KTg + blk * K * kC, kC};
       Uop = {Ug + blk * kC * V + v0, V};
+      Ulop = {Ulg ? Ulg + blk * kC * V + v0 : nullptr, V};
       gex = p.gexp + blk * K;
     }
 
@@ -216,11 +227,21 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = tm0 + g + 8 * hh, vv = tn0 + 8 * ni + 2 * t;
-          const float vn0 = Uop.at(i, vv) - acc[0][ni][2 * hh];
-          const float vn1 = Uop.at(i, vv + 1) - acc[0][ni][2 * hh + 1];
+          float vn0 = Uop.at(i, vv) - acc[0][ni][2 * hh];
+          float vn1 = Uop.at(i, vv + 1) - acc[0][ni][2 * hh + 1];
+          if (split) {
+            vn0 += Ulop.at(i, vv);
+            vn1 += Ulop.at(i, vv + 1);
+          }
           Vs[vv * Lay::ldv + i] = from_f<T>(vn0);
           Vs[(vv + 1) * Lay::ldv + i] = from_f<T>(vn1);
           if (p.vnew) store2<T>(static_cast<T*>(p.vnew) + (blk * kC + i) * V + v0 + vv, vn0, vn1);
+          if (split) {
+            const float l0 = vn0 - to_f(from_f<T>(vn0)), l1 = vn1 - to_f(from_f<T>(vn1));
+            Vslo[vv * Lay::ldv + i] = from_f<T>(l0);
+            Vslo[(vv + 1) * Lay::ldv + i] = from_f<T>(l1);
+            if (p.vnew_lo) store2<T>(static_cast<T*>(p.vnew_lo) + (blk * kC + i) * V + v0 + vv, l0, l1);
+          }
         }
     }
     __syncthreads();
@@ -236,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     }
     if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
     else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
+    if (split) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vslo, Lay::ldv, sm0, sn0, 0, kC);
     write_ss();
   }
 

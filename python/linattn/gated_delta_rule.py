@@ -53,12 +53,14 @@ def chunk_gated_delta_rule(
     r"""Chunked gated delta rule, forward and backward (a drop-in for
     ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``; also exported as ``chunk_gdn``).
 
-    CUDA backward: the chunked form on tensor cores, computed in float32 for every input dtype
-    (bfloat16 / float16 inputs are widened to float32 in its workspace; gradients come back in
-    the inputs' dtypes). ``LINATTN_CUDA_BWD`` picks another path: ``chunked16`` computes in the
-    16-bit input type (faster, smaller workspace; dβ and the A_log / dt_bias gradients can then
-    miss SPEC's 1e-2), ``token`` runs a float32 token replay (slower), ``chunked`` is the
-    default; any other value is an error (``ValueError``).
+    CUDA backward: the chunked form on tensor cores. For bfloat16 / float16 inputs it computes
+    in the input type with hi + lo halves of the operands whose rounding matters, and in float32
+    when ``A_log`` or ``dt_bias`` is given (their gradients are per-head sums over all tokens);
+    gradients come back in the inputs' dtypes. ``LINATTN_CUDA_BWD`` picks another path:
+    ``split`` (the hi + lo form always; the A_log / dt_bias gradients can then miss SPEC's
+    1e-2), ``chunked16`` (the 16-bit type alone: fastest; dβ can miss it too), ``chunked32``
+    (float32), ``token`` (a float32 token replay, slower); ``chunked`` is the default; any other
+    value is an error (``ValueError``).
 
     Args:
         q, k: ``[B, T, H, K]``.

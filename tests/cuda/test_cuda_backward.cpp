@@ -617,71 +617,50 @@ TEST(CudaBackward, SmallChunkedMatchesTokenReplay) {
     }
 }
 
+// The 16-bit cases of the chunked16 and split tests: every option, odd lengths with both states,
+// and the 15-sequence varlen layout (lower-bound gate for KDA).
+std::vector<Case> sixteen_bit_cases(Family fam, DType dt) {
+  std::vector<Case> v = option_cases(fam);
+  for (Case& c : v) c.dt = dt;
+  for (int64_t T : {1, 63, 65, 1500}) {
+    Case c;
+    c.fam = fam;
+    c.dt = dt;
+    c.T = T;
+    c.h0 = true;
+    c.dht = true;
+    v.push_back(c);
+  }
+  Case c;
+  c.fam = fam;
+  c.dt = dt;
+  c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
+  c.T = 8192;
+  c.H = 1;
+  c.HV = 1;
+  c.h0 = true;
+  c.dht = true;
+  c.beta_sigmoid = true;
+  if (fam == Family::kKDA) c.gate = Gate::kLowerBound;
+  v.push_back(c);
+  return v;
+}
+
 // The chunked form computed in the 16-bit input type (opt-in: LINATTN_CUDA_BWD=chunked16).
 TEST(CudaBackward, ChunkedSixteenBit) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN})
-    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-      for (Case c : option_cases(fam)) {
-        c.dt = dt;
-        check_case(c, false, cuda::kBackwardChunked16);
-      }
-      for (int64_t T : {1, 63, 65, 1500}) {
-        Case c;
-        c.fam = fam;
-        c.dt = dt;
-        c.T = T;
-        c.h0 = true;
-        c.dht = true;
-        check_case(c, false, cuda::kBackwardChunked16);
-      }
-      Case c;
-      c.fam = fam;
-      c.dt = dt;
-      c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
-      c.T = 8192;
-      c.H = 1;
-      c.HV = 1;
-      c.h0 = true;
-      c.dht = true;
-      c.beta_sigmoid = true;
-      if (fam == Family::kKDA) c.gate = Gate::kLowerBound;
-      check_case(c, false, cuda::kBackwardChunked16);
-    }
+    for (DType dt : {DType::kBFloat16, DType::kFloat16})
+      for (const Case& c : sixteen_bit_cases(fam, dt)) check_case(c, false, cuda::kBackwardChunked16);
 }
 
-// The split form (the default for 16-bit inputs without A_log / dt_bias) on every option, odd
-// lengths with both states, and the 15-sequence varlen layout, forced on in-kernel gates too.
+// The split form (the default for 16-bit inputs without A_log / dt_bias), forced on in-kernel
+// gates too.
 TEST(CudaBackward, SplitSixteenBit) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN})
-    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-      for (Case c : option_cases(fam)) {
-        c.dt = dt;
-        check_case(c, false, cuda::kBackwardSplit);
-      }
-      for (int64_t T : {1, 63, 65, 1500}) {
-        Case c;
-        c.fam = fam;
-        c.dt = dt;
-        c.T = T;
-        c.h0 = true;
-        c.dht = true;
-        check_case(c, false, cuda::kBackwardSplit);
-      }
-      Case c;
-      c.fam = fam;
-      c.dt = dt;
-      c.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
-      c.T = 8192;
-      c.H = 1;
-      c.HV = 1;
-      c.h0 = true;
-      c.dht = true;
-      c.beta_sigmoid = true;
-      if (fam == Family::kKDA) c.gate = Gate::kLowerBound;
-      check_case(c, false, cuda::kBackwardSplit);
-    }
+    for (DType dt : {DType::kBFloat16, DType::kFloat16})
+      for (const Case& c : sixteen_bit_cases(fam, dt)) check_case(c, false, cuda::kBackwardSplit);
 }
 
 // The default backward on 16-bit inputs (chunked, with hi + lo halves) and the float32-compute

@@ -5,8 +5,10 @@ The computation follows src/cuda/common/chunk_prep.cuh (forward recompute: Aqk, 
 Qg, KgT), chunk_state.cu (N = U - W S, the chunk-start states), chunk_bwd_wy.cu (pass 1: dS, dN;
 pass 2: dq, dk, dv, dbeta, dgamma) and chunk_bwd.cu (finish: l2norm backward, beta sigmoid, gate
 transform, output dtype). Formulas: docs/chunked_backward.md. Everything is float64 except at the
-named SITES, where a value is rounded to the 16-bit type exactly as the kernel stores it. float32
-accumulation is not modelled: the 16-bit roundings dominate by ~2^8.
+named SITES, where a value is rounded to the 16-bit type exactly as the kernel stores it. float32 is
+modelled only where it is switched on: --gamma (how the chunk-local log decays are formed) and
+--f32acc (the gate gradients' accumulation); otherwise the 16-bit roundings dominate by ~2^8.
+--dg-pairs forms dg without the reverse cumsum (_dg_pairs), the fix for the float32 dA_log error.
 
 Usage: python3 tools/precision/chunk_bwd_emulation.py --family kda --T 1 --round all --draws 20
 """
@@ -46,6 +48,13 @@ SITES = {
     "out": ("chunk_bwd.cu / wy_kernel", "dq, dk, dv, dbeta written in the input dtype"),
 }
 GRADS = ("dq", "dk", "dv", "dbeta", "dg", "dh0", "dA_log", "ddt_bias")
+# how the chunk-local cumulative log decay gamma_i = sum_{t <= i} g_t and its differences are formed
+GAMMA = {
+    "f64": "float64 gamma and differences gamma_i - gamma_j (exact)",
+    "f32": "the kernels: float32 gate and chunk-local scan, exps of differences of the float32 gammas",
+    "block": "float32 scans per 16-row block; a difference is a sum of same-sign block pieces",
+    "twosum": "float32 scan with TwoSum compensation (gamma = hi + lo); differences (hi_i-hi_j)+(lo_i-lo_j)",
+}
 
 
 def bf16(x):
@@ -150,9 +159,18 @@ def gate_forward(prob, x):
     return np.broadcast_to(g, g.shape[:2] + (K,)), d_raw, d_alog
 
 
-def finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd):
+def _colsum32(a):
+    """colsum_kernel: float32 sums over the rows (axis 0), 8 interleaved running sums, then added."""
+    a = _f32(a)
+    a = np.concatenate([a, np.zeros((-len(a) % 8,) + a.shape[1:], np.float32)])
+    part = np.cumsum(a.reshape((-1, 8) + a.shape[1:]), 0, dtype=np.float32)[-1]
+    return np.cumsum(part, 0, dtype=np.float32)[-1].astype(np.float64)
+
+
+def finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd, f32acc=False):
     """chunk_bwd.cu finish: l2norm backward, beta sigmoid, gate transform; dgam [T, H, K] is the
-    gradient w.r.t. the per-channel log decays."""
+    gradient w.r.t. the per-channel log decays. f32acc: the channel and token sums of the gate
+    gradients in float32 (finish_gb_kernel, colsum_kernel)."""
     def l2_back(a, d):
         r = 1 / np.sqrt((a * a).sum(-1, keepdims=True) + 1e-6)
         ah = a * r
@@ -165,28 +183,106 @@ def finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd):
                dv=rnd(dv, "out"), dbeta=rnd(db, "out"), dh0=dh0)
     _, d_raw, d_alog = gate_forward(prob, x)
     if prob["family"] == "gdn":  # scalar gate: a token's gradient is the sum over channels
-        dgam = dgam.sum(-1, keepdims=True)
+        dgam = _f32(dgam).sum(-1, keepdims=True, dtype=np.float32) if f32acc else dgam.sum(-1, keepdims=True)
     res["dg"] = dgam * d_raw
     if d_alog is not None:
-        res["dA_log"] = (dgam * d_alog).sum((0, 2))
-        res["ddt_bias"] = res["dg"].sum(0)
+        res["dA_log"] = _colsum32((dgam * d_alog).sum(2)) if f32acc else (dgam * d_alog).sum((0, 2))
+        res["ddt_bias"] = _colsum32(res["dg"]) if f32acc else res["dg"].sum(0)
     if prob["family"] == "gdn":
         res = {n: (a[..., 0] if n in ("dg", "ddt_bias") else a) for n, a in res.items()}
     return res
 
 
+# ------------------------------------------------------------------ chunk-local log decays
+def _f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+def _add32(x, y):
+    """x + y in float32; with comp, x and y are (hi, lo) pairs added through TwoSum."""
+    if not isinstance(x, tuple):
+        return x + y
+    s = x[0] + y[0]
+    bb = s - x[0]
+    lo = x[1] + y[1] + ((x[0] - (s - bb)) + (y[0] - bb))
+    hi = s + lo  # FastTwoSum renormalisation
+    return hi, lo - (hi - s)
+
+
+def _scan32(g, scalar, seglen, comp=False):
+    """Inclusive float32 scan of the gates g [C, c] down the rows, in the kernels' order. Scalar
+    gate: warp-shuffle (Hillis-Steele) scans of 32 rows, then rows 32.. add row 31. Vector gate:
+    running sums over segments of seglen rows plus the earlier segments' totals added one by one.
+    comp: (hi, lo) pairs through TwoSum. Returns the list of the C rows (float32 or pairs)."""
+    x = [(r, np.zeros_like(r)) if comp else r for r in _f32(g)]
+    if scalar:
+        for w0 in (0, C // 2):
+            for o in (1, 2, 4, 8, 16):
+                x[w0:w0 + 32] = x[w0:w0 + o] + [_add32(x[w0 + l], x[w0 + l - o]) for l in range(o, 32)]
+        x[32:] = [_add32(r, x[31]) for r in x[32:]]
+        return x
+    zero = np.zeros_like(_f32(g)[0])
+    off, out = (zero, zero) if comp else zero, []
+    for s0 in range(0, len(x), seglen):
+        run = (zero, zero) if comp else zero
+        for i in range(s0, s0 + seglen):
+            run = _add32(run, x[i])
+            out.append(_add32(run, off))
+        off = _add32(off, run)
+    return out
+
+
+def _gamma(g, mode="f64", scalar=False, seglen=SB):
+    """The chunk's log decays as the kernels form them, from the per-token gates g [C, c] (rows past
+    the chunk's length 0). Returns G [C, c] (exponent of e^gamma_i) and D [C, C, c],
+    D_ij = gamma_i - gamma_j: the exponent of Gamma_ij, of F_i = e^{gamma_L - gamma_i} = e^{D_Li} and
+    of the split decays e^{gamma_i - gamma_r}, e^{gamma_r - gamma_j}. Exact (f64) or formed in
+    float32 (GAMMA); seglen: the vector gate's scan segment."""
+    if mode == "f64":
+        G = np.cumsum(g, 0)
+        return G, G[:, None] - G[None, :]
+    if mode in ("f32", "twosum"):
+        x = _scan32(g, scalar, seglen, comp=mode == "twosum")
+        if mode == "f32":
+            hi = np.stack(x)
+            return hi.astype(np.float64), (hi[:, None] - hi[None, :]).astype(np.float64)
+        hi, lo = np.stack([r[0] for r in x]), np.stack([r[1] for r in x])
+        D = (hi[:, None] - hi[None, :]) + (lo[:, None] - lo[None, :])
+        return hi.astype(np.float64) + lo, D.astype(np.float64)
+    # block: lam_i = sum of the rows of i's 16-row block up to i, tau_b = block b's total. For j in an
+    # earlier block, D_ij = ((tau_bj - lam_j) + sum_{bj<b<bi} tau_b) + lam_i: every piece is <= 0, so
+    # the float32 error is relative to D_ij (a difference of chunk-wide scans: relative to gamma_i)
+    nb = C // SB
+    lam = np.concatenate([np.stack(_scan32(g[b * SB:(b + 1) * SB], False, SB)) for b in range(nb)])
+    tau = lam[SB - 1::SB]
+    zero = np.zeros_like(tau[0])
+    D = np.zeros((C, C) + g.shape[1:], dtype=np.float32)
+    G = np.empty_like(lam)
+    for bi in range(nb):
+        ri = slice(bi * SB, (bi + 1) * SB)
+        G[ri] = sum(tau[:bi], zero) + lam[ri]
+        D[ri, ri] = lam[ri, None] - lam[None, ri]
+        for bj in range(bi):
+            rj = slice(bj * SB, (bj + 1) * SB)
+            D[ri, rj] = ((tau[bj] - lam[rj]) + sum(tau[bj + 1:bi], zero))[None] + lam[ri, None]
+            D[rj, ri] = -np.swapaxes(D[ri, rj], 0, 1)  # j > i: only clamped / masked
+    return G.astype(np.float64), D.astype(np.float64)
+
+
 # ------------------------------------------------------------------ the chunked emulation
-def _decay(Gi, Gj):
-    """Gamma_ij = exp(gamma_i - gamma_j) [i, j, c], for j <= i (<= 1). The exponent is clamped at 0
-    so that the unused j > i entries cannot overflow (inf * 0 = nan under the masks)."""
-    return np.exp(np.minimum(Gi[:, None, :] - Gj[None, :, :], 0))
+def _decay(D):
+    """Gamma_ij = exp(D_ij) = exp(gamma_i - gamma_j) [i, j, c], for j <= i (<= 1). The exponent is
+    clamped at 0 so that the unused j > i entries cannot overflow (inf * 0 = nan under the masks)."""
+    return np.exp(np.minimum(D, 0))
 
 
-def _chunk_forward(Qh, Kh, Vv, B, G, S, s, rnd):
-    """chunk_prep.cuh + chunk_state.cu for one (padded) chunk; returns pass 1/2 operands and S+."""
+def _chunk_forward(Qh, Kh, Vv, B, gam, S, s, rnd):
+    """chunk_prep.cuh + chunk_state.cu for one (padded) chunk; gam = (G, D) from _gamma. Returns
+    pass 1/2 operands and S+."""
+    G, D = gam
     E, gL = np.exp(G), G[-1]
-    F = np.exp(gL - G)
-    Gam = _decay(G, G)
+    F = np.exp(D[-1])
+    Gam = _decay(D)
     lo, slo = np.tril(np.ones((C, C))), np.tril(np.ones((C, C)), -1)
     Aqk = s * np.einsum("ic,jc,ijc->ij", Qh, Kh, Gam * lo[:, :, None])
     Akk = B[:, None] * np.einsum("ic,jc,ijc->ij", Kh, Kh, Gam * slo[:, :, None])
@@ -198,7 +294,7 @@ def _chunk_forward(Qh, Kh, Vv, B, G, S, s, rnd):
     Nv = U - W @ rnd(S, "Sfwd")
     S_next = np.exp(gL)[:, None] * S + rnd(Kh * F, "KgTs").T @ rnd(Nv, "N")
     ops = dict(Aqk=rnd(Aqk, "Aqk"), Ainv=rnd(Minv, "Ainv"), W=W, Qg=Qg, Kg=Kg, N=rnd(Nv, "Nb"),
-               S=S.copy(), E=E, F=F, gL=gL)
+               S=S.copy(), E=E, F=F, gL=gL, D=D)
     return ops, S_next
 
 
@@ -209,8 +305,36 @@ def _pass1(op, DO, dSp, rnd):
     return rnd(dN, "dN"), dS
 
 
-def _pass2(op, Qh, Kh, Vv, DO, B, G, dN, dSp, s, rnd):
-    """wy_kernel for one chunk: dq, dk (w.r.t. the normalised q, k), dv, dbeta, dgamma."""
+def _dg_pairs(Qh, Kh, B, dqE, xE, kmF, A1, dM, D, end, f32acc=False):
+    """dg_t = sum_{i >= t} dgamma_i of one chunk without the reverse cumsum. Each dgamma_i is O(1) but
+    the sum is a pair sum whose every term carries e^{g_t}: a decay pair (i, j), j < i, adds
+    X_ij = Gamma_ij (A1_ij q_i k_j + dM_ij beta_i k_i k_j) (per channel) to dgamma_i and takes it
+    from dgamma_j, the chunk-start terms (E) of i, the chunk-end terms (F) of j. So
+    dg_t = end + sum_{j < t} k_j kmF_j + sum_{i >= t} (q_i dqE_i + beta_i k_i xE_i)
+           + sum_{j < t <= i} X_ij,
+    sums of terms of the size of dg_t (no cancellation: a strongly decayed token's small dg_t is
+    exact to its own size, not to float32 eps x O(1)). dqE, xE, kmF: the V-side products before
+    the decayed products are added; end = e^{gamma_L} rowsum(S * dS+)."""
+    f, dt = ((lambda a: _f32(a).astype(np.float64)), np.float32) if f32acc else ((lambda a: a), np.float64)
+    Gam = _decay(D)
+    X = Gam * (f(A1 * np.tril(np.ones((C, C)), -1))[:, :, None] * Qh[:, None] * Kh[None]
+               + f(B[:, None] * dM)[:, :, None] * Kh[:, None] * Kh[None])
+    X = f(X)
+    Y = np.cumsum(X[::-1], 0, dtype=dt)[::-1]  # Y_tj = sum_{i >= t} X_ij (column suffix sums)
+    R = np.stack([Y[t, :t].sum(0, dtype=dt) for t in range(C)])  # sum_{j < t} Y_tj
+    Ft = f(Kh * kmF)
+    pre = np.concatenate([np.zeros((1,) + Ft.shape[1:], dt), np.cumsum(Ft, 0, dtype=dt)[:-1]])
+    Et = f(f(Qh * dqE) + f(Kh * f(B[:, None] * xE)))
+    suf = np.cumsum(Et[::-1], 0, dtype=dt)[::-1]
+    return (((end[None].astype(dt) + pre) + suf) + R).astype(np.float64)
+
+
+def _pass2(op, Qh, Kh, Vv, DO, B, D, dN, dSp, s, rnd, f32acc=False, pairs=False):
+    """wy_kernel for one chunk: dq, dk (w.r.t. the normalised q, k), dv, dbeta, dgamma; D from _gamma
+    as this kernel forms it (E, F: the recompute's, in op). f32acc: the dgamma terms and their
+    reverse cumsum rounded to float32 as they are formed and added. pairs: dg_t = sum_{i >= t}
+    dgamma_i formed from the terms that straddle t (_dg_pairs) instead of the reverse cumsum."""
+    f = (lambda a: _f32(a).astype(np.float64)) if f32acc else (lambda a: a)
     S, Nb, E, F = op["S"], op["N"], op["E"], op["F"]
     lo, slo = np.tril(np.ones((C, C))), np.tril(np.ones((C, C)), -1)
     # A. dY, dv, dbeta (v part), A1, dM
@@ -223,66 +347,82 @@ def _pass2(op, Qh, Kh, Vv, DO, B, G, dN, dSp, s, rnd):
     # B. V-side products; dY S^T uses S as two 16-bit halves (hi + lo)
     Shi = rnd(S, "Sb")
     Slo = rnd(S - Shi, "Sb")
-    dq = s * E * (DO @ Shi.T)
-    x = -E * (yr @ (Shi + Slo).T)  # dX ⊙ E
-    km = F * (Nb @ rnd(dSp, "dSb").T)  # dK⁻ from the state update
-    last = np.exp(op["gL"]) * (S * dSp).sum(1) + (Kh * km).sum(0)  # chunk-end dgamma term
+    dq = f(s * E * (DO @ Shi.T))
+    x = f(-E * (yr @ (Shi + Slo).T))  # dX ⊙ E
+    km = f(F * (Nb @ rnd(dSp, "dSb").T))  # dK⁻ from the state update
+    last = f(f(np.exp(op["gL"]) * f((S * dSp).sum(1))) + f((Kh * km).sum(0)))  # chunk-end dgamma term
+    if pairs:
+        dgp = _dg_pairs(Qh, Kh, B, dq.copy(), x.copy(), km.copy(), A1, dM, D, f(np.exp(op["gL"]) * f((S * dSp).sum(1))), f32acc)
     # diagonal 16x16 blocks: exact exps, the same rounded A1 / dM on both sides
     for b0 in range(0, C, SB):
         r = slice(b0, b0 + SB)
-        Gd = _decay(G[r], G[r]) * np.tril(np.ones((SB, SB)))[:, :, None]
+        Gd = _decay(D[r, r]) * np.tril(np.ones((SB, SB)))[:, :, None]
         a1, dm = A1[r, r], dM[r, r]
-        dq[r] += np.einsum("ij,jc,ijc->ic", a1, Kh[r], Gd)
-        x[r] += np.einsum("ij,jc,ijc->ic", dm, Kh[r], Gd)
-        km[r] += np.einsum("ijc,ij,ic->jc", Gd, a1, Qh[r]) + np.einsum("ijc,ij,ic->jc", Gd, B[r, None] * dm, Kh[r])
+        dq[r] = f(dq[r] + f(np.einsum("ij,jc,ijc->ic", a1, Kh[r], Gd)))
+        x[r] = f(x[r] + f(np.einsum("ij,jc,ijc->ic", dm, Kh[r], Gd)))
+        km[r] = f(km[r] + f(np.einsum("ijc,ij,ic->jc", Gd, a1, Qh[r]) + np.einsum("ijc,ij,ic->jc", Gd, B[r, None] * dm, Kh[r])))
     # seed 001 on all but the off-diagonal blocks
-    dkp = B[:, None] * x
+    dkp = f(B[:, None] * x)
     db += (Kh * x).sum(1)
-    dgam = Qh * dq + Kh * (dkp - km)
+    dgam = f(f(Qh * dq) + f(Kh * f(dkp - km)))
     km += dkp
     # off-diagonal blocks (i in block I, j < r = 16 I) on tensor cores, decay split at row r; the
     # gate gradient of a pair is taken from the same rounded operands on both sides, so the two
     # contributions cancel in dA_log / ddt_bias as in exact arithmetic
     for r0 in range(SB, C, SB):
         r, p = slice(r0, r0 + SB), slice(0, r0)
-        up = np.exp(G[r] - G[r0])  # <= 1
-        dn = np.exp(G[r0] - G[p])  # <= 1
+        up = np.exp(D[r, r0])  # <= 1
+        dn = np.exp(D[r0, p])  # <= 1
         Kmin = rnd(Kh[p] * dn, "Kmin")
         Qd = rnd(Qh[r] * up, "Qd")
         Kd = rnd(B[r, None] * Kh[r] * up, "Kd")
-        a = A1[r, p] @ Kmin
+        a = f(A1[r, p] @ Kmin)
         dq[r] += a * up
-        dgam[r] += Qd * a
-        a = dM[r, p] @ Kmin
+        dgam[r] = f(dgam[r] + f(Qd * a))
+        a = f(dM[r, p] @ Kmin)
         z = a * up
         km[r] += B[r, None] * z
         db[r] += (Kh[r] * z).sum(1)
-        dgam[r] += Kd * a
-        a = A1[r, p].T @ Qd + dM[r, p].T @ Kd
+        dgam[r] = f(dgam[r] + f(Kd * a))
+        a = f(A1[r, p].T @ Qd + dM[r, p].T @ Kd)
         km[p] += a * dn
-        dgam[p] -= Kmin * a
+        dgam[p] = f(dgam[p] - f(Kmin * a))
+    if pairs:
+        return dq, km, dv, db, dgp
+    if f32acc:  # the kernel's float32 run: the chunk-end term, then dgamma_63, dgamma_62, ...
+        dgc = np.cumsum(np.concatenate([_f32(last)[None], _f32(dgam[::-1])]), 0, dtype=np.float32)[:0:-1]
+        return dq, km, dv, db, dgc.astype(np.float64)
     dgam[-1] += last
     dgc = np.cumsum(dgam[::-1], 0)[::-1]  # dg_t = sum_{i >= t} dgamma_i
     return dq, km, dv, db, dgc
 
 
-def chunked_backward(prob, x, rnd=Rounding()):
-    """The emulated GPU backward; returns the gradients of GRADS present for this problem."""
+def chunked_backward(prob, x, rnd=Rounding(), gamma="f64", f32acc=False, pairs=False):
+    """The emulated GPU backward; returns the gradients of GRADS present for this problem. gamma: how
+    the chunk-local log decays are formed (GAMMA); besides f64 the gates are float32. f32acc: the
+    gate gradients (dgamma, its reverse cumsum, the channel / token sums) accumulated in float32.
+    pairs: dg from the straddling terms (_dg_pairs)."""
     T, K, V, H, cu = prob["T"], prob["K"], prob["V"], prob["H"], prob["cu"]
     s = K ** -0.5
     g, _, _ = gate_forward(prob, x)
+    scalar = prob["family"] == "gdn"
+    if gamma != "f64":  # the gate transform in float32; GDN: one channel, broadcast
+        g = np.broadcast_to(_f32(g[..., :1] if scalar else g).astype(np.float64), g.shape)
     beta = sigmoid(x["beta"]) if prob["beta_sigmoid"] else x["beta"]
     qh = x["q"] / np.sqrt((x["q"] ** 2).sum(-1, keepdims=True) + 1e-6)
     kh = x["k"] / np.sqrt((x["k"] ** 2).sum(-1, keepdims=True) + 1e-6)
     dq, dk, dgam = np.zeros((T, H, K)), np.zeros((T, H, K)), np.zeros((T, H, K))
     dv, db, dh0 = np.zeros((T, H, V)), np.zeros((T, H)), np.zeros_like(x["h0"])
 
-    def pad(a, t0, L, fill_last=False):  # one chunk, rows past L zero (gamma: repeat row L-1)
+    def pad(a, t0, L):  # one chunk, rows past L zero
         out = np.zeros((C,) + a.shape[1:])
         out[:L] = a[t0:t0 + L]
-        if fill_last:
-            out[L:] = out[L - 1]
         return out
+
+    def gam(t0, L, h, seglen):  # (G, D) of a chunk: chunk_prep.cuh scans K/4-row segments, wy_kernel 16
+        gc = pad(g[:, h, :1] if scalar else g[:, h], t0, L)
+        G, D = _gamma(gc, gamma, scalar, seglen)
+        return np.broadcast_to(G, (C, K)), np.broadcast_to(D, (C, C, K))
 
     for h in range(H):
         for n in range(len(cu) - 1):
@@ -293,18 +433,18 @@ def chunked_backward(prob, x, rnd=Rounding()):
                 L = min(C, cu[n + 1] - t0)
                 Qh, Kh = pad(qh[:, h], t0, L), pad(kh[:, h], t0, L)
                 Vv, DO, B = pad(x["v"][:, h], t0, L), pad(x["do"][:, h], t0, L), pad(beta[:, h], t0, L)
-                G = pad(np.cumsum(g[t0:t0 + L, h], 0), 0, L, fill_last=True)
-                op, S = _chunk_forward(Qh, Kh, Vv, B, G, S, s, rnd)
-                chunks.append((t0, L, Qh, Kh, Vv, DO, B, G, op))
+                op, S = _chunk_forward(Qh, Kh, Vv, B, gam(t0, L, h, C * K // 256), S, s, rnd)
+                chunks.append((t0, L, Qh, Kh, Vv, DO, B, op))
             dS = x["dht"][n, h]
-            for t0, L, Qh, Kh, Vv, DO, B, G, op in reversed(chunks):
+            for t0, L, Qh, Kh, Vv, DO, B, op in reversed(chunks):
                 dN, dS_prev = _pass1(op, DO, dS, rnd)
-                cq, ck, cv, cb, cg = _pass2(op, Qh, Kh, Vv, DO, B, G, dN, dS, s, rnd)
+                D = op["D"] if gamma == "f64" or scalar or K == 64 else gam(t0, L, h, SB)[1]
+                cq, ck, cv, cb, cg = _pass2(op, Qh, Kh, Vv, DO, B, D, dN, dS, s, rnd, f32acc, pairs)
                 sl = slice(t0, t0 + L)
                 dq[sl, h], dk[sl, h], dv[sl, h], db[sl, h], dgam[sl, h] = cq[:L], ck[:L], cv[:L], cb[:L], cg[:L]
                 dS = dS_prev
             dh0[n, h] = dS
-    return finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd)
+    return finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd, f32acc)
 
 
 # ------------------------------------------------------------------ float64 token recurrence
@@ -362,6 +502,12 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=tuple(ROUNDERS), default="bf16")
     ap.add_argument("--round", default="all",
                     help="all | none | site1,site2 | all,-site (all but site); sites: " + ",".join(SITES))
+    ap.add_argument("--gamma", choices=tuple(GAMMA), default="f64",
+                    help="how the chunk-local log decays are formed: " + "; ".join(f"{k}: {v}" for k, v in GAMMA.items()))
+    ap.add_argument("--f32acc", action="store_true",
+                    help="gate gradients accumulated in float32: dgamma terms, reverse cumsum, finish sums")
+    ap.add_argument("--dg-pairs", action="store_true",
+                    help="dg_t from the terms straddling t instead of the reverse cumsum of dgamma")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--draws", type=int, default=1, help="input draws (seeds seed .. seed+draws-1)")
     a = ap.parse_args(argv)
@@ -371,11 +517,11 @@ def main(argv=None):
     prob = make_problem(a.family, a.T, a.K, a.V, a.H, a.gate, a.beta_sigmoid, cu)
     rnd = Rounding(parse_sites(a.round), a.dtype)
     print(f"{a.family} T={a.T} K={a.K} V={a.V} H={a.H} gate={a.gate} beta_sigmoid={a.beta_sigmoid} "
-          f"dtype={a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'}")
+          f"dtype={a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'} gamma={a.gamma} f32acc={a.f32acc} dg_pairs={a.dg_pairs}")
     errs = []
     for d in range(a.draws):
         x = make_inputs(prob, np.random.default_rng(a.seed + d), a.dtype)
-        ref, got = token_backward(prob, x), chunked_backward(prob, x, rnd)
+        ref, got = token_backward(prob, x), chunked_backward(prob, x, rnd, a.gamma, a.f32acc, a.dg_pairs)
         errs.append({n: rel_err(got[n], ref[n]) for n in GRADS if n in ref})
         print(f"seed {a.seed + d:4d} " + " ".join(f"{n} {e:.2e}" for n, e in errs[-1].items()))
     if a.draws > 1:

@@ -810,29 +810,29 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   c.V = 128;
   c.gate = Gate::kSoftplus;
   c.beta_sigmoid = true;
+  if (const char* e = std::getenv("LINATTN_BENCH_GATE")) {  // logsigmoid: the suite's KDA gate (g given)
+    if (std::string(e) == "logsigmoid") {
+      c.gate = Gate::kLogsigmoid;
+      c.beta_sigmoid = false;
+    }
+  }
   const Inputs x = make_inputs(c);
   Grads g;
   double ms = 0, ms16 = 0, ms32 = 0, mssplit = 0, token_ms = 0;
-  Status s;
-  {
-    ModeScope m(cuda::kBackwardToken);
-    s = run_cuda(c, x, &g, false, &token_ms);
-  }
+  // LINATTN_BENCH_ONLY=<mode> times that mode alone besides the default (for profilers)
+  const char* only = std::getenv("LINATTN_BENCH_ONLY");
+  auto timed = [&](int mode, const char* name, double* out) {
+    if (only && std::string(only) != name) return Status{};
+    ModeScope m(mode);
+    return run_cuda(c, x, &g, false, out);
+  };
+  Status s = timed(cuda::kBackwardToken, "token", &token_ms);
   ASSERT_TRUE(s.ok()) << s.message;
-  {
-    ModeScope m(cuda::kBackwardChunked16);
-    s = run_cuda(c, x, &g, false, &ms16);
-  }
+  s = timed(cuda::kBackwardChunked16, "chunked16", &ms16);
   ASSERT_TRUE(s.ok()) << s.message;
-  {
-    ModeScope m(cuda::kBackwardChunked32);
-    s = run_cuda(c, x, &g, false, &ms32);
-  }
+  s = timed(cuda::kBackwardChunked32, "chunked32", &ms32);
   ASSERT_TRUE(s.ok()) << s.message;
-  {
-    ModeScope m(cuda::kBackwardSplit);
-    s = run_cuda(c, x, &g, false, &mssplit);
-  }
+  s = timed(cuda::kBackwardSplit, "split", &mssplit);
   ASSERT_TRUE(s.ok()) << s.message;
   {
     ModeScope m(cuda::kBackwardChunked);  // the default, last: g holds its gradients

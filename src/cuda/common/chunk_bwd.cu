@@ -149,15 +149,18 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const void* q
     for (int m = 0; m < kMaxKPerLane; ++m) {
       const int c = lane + 32 * m;
       acc[m] = 0.f;
-      xv[m] = 0.f;
-      if (c < K) {
-        for (int gg = 0; gg < G; ++gg)
-          for (int s = 0; s < NS; ++s)
-            acc[m] += part[((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K + c];
-        if (l2) xv[m] = ldf(x, dt, row * K + c);
-      }
+      xv[m] = (l2 && c < K) ? ldf(x, dt, row * K + c) : 0.f;
       ss += xv[m] * xv[m];
     }
+    // the partials: the channel loop innermost, so a warp's loads for one (split, value head) are
+    // all in flight together
+    for (int gg = 0; gg < G; ++gg)
+      for (int s = 0; s < NS; ++s) {
+        const float* src = part + ((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K;
+#pragma unroll
+        for (int m = 0; m < kMaxKPerLane; ++m)
+          if (lane + 32 * m < K) acc[m] += src[lane + 32 * m];
+      }
     if (l2) {
       const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
       float dot = 0.f;
@@ -203,24 +206,31 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     float dgv[kMaxKPerLane];
     float dsum = 0.f;
 #pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
-      const int c = lane + 32 * m;
-      dgv[m] = 0.f;
-      if (c < K)
-        for (int s = 0; s < p.NS; ++s) dgv[m] += p.pg[(static_cast<int64_t>(s) * p.tokens * p.HV + row) * K + c];
-      dsum += dgv[m];
+    for (int m = 0; m < kMaxKPerLane; ++m) dgv[m] = 0.f;
+    for (int s = 0; s < p.NS; ++s) {  // channels innermost: the warp's loads in flight together
+      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m)
+        if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
     }
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
     const GateArgs& ga = p.ga;
     const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
     if (p.KG > 1) {
+      float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        raw[m] = c < K ? ldf(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+      }
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
         if (c < K) {
-          const float raw = ldf(p.g, p.g_dt, row * K + c);
-          const float dtb = ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-          const float d = gate_bwd(ga, raw, dtb, alog, dgv[m], &da);
+          const float d = gate_bwd(ga, raw[m], dtb[m], alog, dgv[m], &da);
           if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
           if (p.draw) p.draw[row * K + c] = d;
         }

@@ -79,17 +79,20 @@ __device__ __forceinline__ void tile_async(T* dst, int sld, const T* src, int64_
   kern::tile_copy_rt<T, kThreads>(dst, sld, src, gld, rows, cols, valid);
 }
 
-// Synchronous 64 x 64 tile copy (global row stride gld -> shared stride sld); rows >= valid are 0.
+// 64 x 64 tile copy (global row stride gld -> shared stride sld) by cp.async; rows >= valid are
+// zero-filled. A group of them is landed by land() before the barrier that publishes them, so all
+// of a group's loads are in flight at once.
 template <class T>
 __device__ __forceinline__ void tile64(T* dst, int sld, const T* src, int64_t gld, int valid) {
-  constexpr int per = 16 / sizeof(T);
-  constexpr int ppr = 64 / per;
-  for (int e = threadIdx.x; e < 64 * ppr; e += kThreads) {
-    const int r = e / ppr, cpc = (e - r * ppr) * per;
-    uint4 u = make_uint4(0, 0, 0, 0);
-    if (r < valid) u = *reinterpret_cast<const uint4*>(src + r * gld + cpc);
-    *reinterpret_cast<uint4*>(dst + r * sld + cpc) = u;
-  }
+  kern::tile_copy<T, 64, 64, kThreads, true>(dst, sld, src, gld, threadIdx.x, valid);
+}
+template <class T>  // every row valid (the workspace's per-chunk tiles are zero past a chunk's end)
+__device__ __forceinline__ void tile64(T* dst, int sld, const T* src, int64_t gld) {
+  kern::tile_copy<T, 64, 64, kThreads>(dst, sld, src, gld, threadIdx.x);
+}
+__device__ __forceinline__ void land() {
+  cp_commit();
+  cp_wait<0>();
 }
 
 __device__ __forceinline__ float sigm(float x) {
@@ -360,6 +363,59 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 //      e^{γ_C} ⊙ rowsum(S⊙dS⁺) + Σ_i k_i ⊙ F_i ⊙ (N dS⁺ᵀ)_i; reverse cumsum → dg.
 //    Writes this value head's float32 partials dq, dk (w.r.t. the normalised q, k), dg, dβ for
 //    the finish kernels (NS = 1).
+// exp(x) as one MUFU.EX2 with denormals flushed (x <= 0 here: decays; a flushed result is 0).
+__device__ __forceinline__ float exp_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
+// The four diagonal 16x16 blocks of the decayed products with exact per-element decays
+// Γ_ij = e^{γ_i − γ_j} (j <= i in the same block). One thread per (row block, channel): warp w
+// takes block w / 2 and channels 32 (w % 2) .. +32, the block's 16 rows of k and γ in registers,
+// A1_ij / dM_ij broadcast from shared memory. Writes float tiles [64][ldg]:
+//   Dq_i = Σ_j A1_ij k_j Γ_ij,  Dz_i = Σ_{j<i} dM_ij k_j Γ_ij,  Dk_j = Σ_i Γ_ij (A1_ij q_i + β_i dM_ij k_i)
+// (q, k normalised by rq, rk). A pair's two contributions use the same 16-bit A1 / dM, so its gate
+// gradient terms cancel in the sums over rows as in exact arithmetic.
+template <class T, int ld, int ldg>
+__device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T* qs, const T* ks, const float* gs,
+                                            const float* rq, const float* rk, const float* bet, float* Dq,
+                                            float* Dz, float* Dk) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = 16 * (warp >> 1), cc = 32 * (warp & 1) + lane;
+  float gam[16], kh[16], dk[16];
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    gam[m] = gs[(r0 + m) * ldg + cc];
+    kh[m] = to_f(ks[(r0 + m) * ld + cc]) * rk[r0 + m];
+    dk[m] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int row = r0 + i;
+    const T* a1 = A1s + row * ld + r0;
+    const T* dm = dMs + row * ld + r0;
+    const float qi = to_f(qs[row * ld + cc]) * rq[row], kbi = kh[i] * bet[row];
+    float dq = 0.f, z = 0.f;
+#pragma unroll
+    for (int j = 0; j <= i; ++j) {
+      const float G = j == i ? 1.f : exp_ftz(gam[i] - gam[j]);
+      const float a = to_f(a1[j]) * G;
+      dq = fmaf(a, kh[j], dq);
+      dk[j] = fmaf(a, qi, dk[j]);
+      if (j < i) {
+        const float mm = to_f(dm[j]) * G;
+        z = fmaf(mm, kh[j], z);
+        dk[j] = fmaf(mm, kbi, dk[j]);
+      }
+    }
+    Dq[row * ldg + cc] = dq;
+    Dz[row * ldg + cc] = z;
+  }
+#pragma unroll
+  for (int m = 0; m < 16; ++m) Dk[(r0 + m) * ldg + cc] = dk[m];
+}
+
 template <class T>
 struct WyLayout {
   static constexpr int P = pad_of<T>();
@@ -453,23 +509,35 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       tmp[tid] = x;
     }
   }
-  for (int i = warp; i < kC; i += kThreads / 32) {
-    float sq = 0.f, sk = 0.f;
-    if (i < Lc) {
-      for (int d = lane; d < K; d += 32) {
-        const float a = to_f(qbase[i * qk_row + d]), b = to_f(kbase[i * qk_row + d]);
-        sq += a * a;
-        sk += b * b;
+  {  // warp w takes rows w, w + 8, ...: the loads of all its rows are in flight together
+    constexpr int kRows = kC / (kThreads / 32);
+    float sq[kRows], sk[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sq[r] = sk[r] = 0.f;
+#pragma unroll 2
+    for (int d = lane; d < K; d += 32) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int i = warp + (kThreads / 32) * r;
+        if (i < Lc) {
+          const float a = to_f(qbase[i * qk_row + d]), b = to_f(kbase[i * qk_row + d]);
+          sq[r] += a * a;
+          sk[r] += b * b;
+        }
       }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      sq += __shfl_xor_sync(0xffffffffu, sq, o);
-      sk += __shfl_xor_sync(0xffffffffu, sk, o);
-    }
-    if (lane == 0) {
-      rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
-      rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
+        sk[r] += __shfl_xor_sync(0xffffffffu, sk[r], o);
+      }
+      if (lane == 0) {
+        const int i = warp + (kThreads / 32) * r;
+        rq[i] = p.l2norm ? rsqrtf(sq[r] + 1e-6f) : 1.f;
+        rk[i] = p.l2norm ? rsqrtf(sk[r] + 1e-6f) : 1.f;
+      }
     }
   }
   __syncthreads();
@@ -493,16 +561,17 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   T* dYlg = split ? static_cast<T*>(p.dY_lo) + blk * kC * V : nullptr;
   const T* Nlg = split ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
   T* dvg = static_cast<T*>(p.dv);
-  tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC, kC);
+  tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
   float accA[1][4][4], accM[1][4][4];
   zero_acc(accA);
   zero_acc(accM);
   float dby[2] = {0.f, 0.f};
   for (int v0 = 0; v0 < V; v0 += 64) {
-    tile64<T>(dNs, ld, dNg + v0, V, kC);
-    if (split) tile64<T>(dNlos, ld, dNlg + v0, V, kC);
-    tile64<T>(Ns, ld, Ng + v0, V, kC);
+    tile64<T>(dNs, ld, dNg + v0, V);
+    if (split) tile64<T>(dNlos, ld, dNlg + v0, V);
+    tile64<T>(Ns, ld, Ng + v0, V);
     tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
+    land();
     __syncthreads();
     float y[1][4][4];
     zero_acc(y);
@@ -584,12 +653,23 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       const int cc = tid & 63, seg = tid >> 6;
       if constexpr (VEC) {
         const float dtb = use_dtb ? load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c0 + cc) : 0.f;
+        // the 16 raw gates first (the dtype branch outside the loads: all in flight together)
         float vals[16];
+        const int64_t gstride = static_cast<int64_t>(HV) * K;
+        const int64_t gbase = (static_cast<int64_t>(t0 + 16 * seg) * HV + hv) * K + c0 + cc;
+        if (ga.g_dt == 2) {
+          const float* gf = static_cast<const float*>(ga.g) + gbase;
+#pragma unroll
+          for (int m = 0; m < 16; ++m) vals[m] = 16 * seg + m < Lc ? __ldg(gf + m * gstride) : 0.f;
+        } else {
+#pragma unroll
+          for (int m = 0; m < 16; ++m)
+            vals[m] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gbase + m * gstride) : 0.f;
+        }
         float run = 0.f;
 #pragma unroll
         for (int m = 0; m < 16; ++m) {
-          const int i = 16 * seg + m;
-          if (i < Lc) run += gate_tf(load_any(ga.g, ga.g_dt, (static_cast<int64_t>(t0 + i) * HV + hv) * K + c0 + cc), dtb);
+          if (16 * seg + m < Lc) run += gate_tf(vals[m], dtb);
           vals[m] = run;
         }
         segtot[seg * 64 + cc] = run;
@@ -603,6 +683,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         for (int m = 0; m < 16; ++m) gs[(16 * seg + m) * ldg + cc] = gsc[16 * seg + m];
       }
     }
+    land();  // q, k tiles
     __syncthreads();
 
     // dO Sᵀ, N dS⁺ᵀ, dY Sᵀ over V; rowsum(S ⊙ dS⁺) per channel
@@ -613,8 +694,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     float rs = 0.f;
     for (int v0 = 0; v0 < V; v0 += 64) {
       tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
-      tile64<T>(Ns, ld, Ng + v0, V, kC);
-      tile64<T>(dYs, ld, dYr + v0, V, kC);
+      tile64<T>(Ns, ld, Ng + v0, V);
+      tile64<T>(dYs, ld, dYr + v0, V);
       {
         const int ch = tid >> 2, vq = (tid & 3) * 16;
         const float* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
@@ -646,6 +727,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           }
         }
       }
+      land();
       __syncthreads();
       mma_op<T, 1, 4, false, false>(aq, dOs, ld, Ss, ld, tm0, n0, 0, 64);
       mma_op<T, 1, 4, false, false>(an, Ns, ld, dSs, ld, tm0, n0, 0, 64);
@@ -664,7 +746,18 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     rs += __shfl_xor_sync(0xffffffffu, rs, 2);
     if ((tid & 3) == 0) rsum[tid >> 2] = rs;
 
-    // fold the V-side products: dq = s E (dO Sᵀ), x = dX ⊙ E, km = F ⊙ (N dS⁺ᵀ)
+    // The decayed products (A1 = s·Lo(dO Nᵀ), dM; dR = diag(β) dM):
+    //   dq_i += Σ_j A1_ij k_j Γ_ij,  Z_i = Σ_{j<i} dM_ij k_j Γ_ij,  dK⁻_j += Σ_i Γ_ij (A1_ij q_i + β_i dM_ij k_i).
+    // The four diagonal 16x16 blocks first, exact per-element decays, into the (now free) union
+    // as float tiles Dq, Dz, Dk.
+    float* Dq = reinterpret_cast<float*>(un);
+    float* Dz = Dq + 64 * ldg;
+    float* Dk = Dz + 64 * ldg;
+    diag_blocks<T, ld, ldg>(A1s, dMs, qs, ks, gs, rq, rk, bet, Dq, Dz, Dk);
+    __syncthreads();
+
+    // fold the V-side products and the diagonal blocks: dq = s E (dO Sᵀ) + Dq, x = dX ⊙ E + Dz,
+    // km = F ⊙ (N dS⁺ᵀ) + Dk
     const float* gL = gs + 63 * ldg;
     float dq[2][8], x[2][8], km[2][8], colp[8];
 #pragma unroll
@@ -673,51 +766,24 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     for (int hh = 0; hh < 2; ++hh) {
       const int i = tm0 + g + 8 * hh;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+      for (int ni = 0; ni < 4; ++ni) {
+        const int c2 = n0 + 8 * ni + 2 * t;
+        const float2 dqd = *reinterpret_cast<const float2*>(Dq + i * ldg + c2);
+        const float2 dzd = *reinterpret_cast<const float2*>(Dz + i * ldg + c2);
+        const float2 dkd = *reinterpret_cast<const float2*>(Dk + i * ldg + c2);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int cc = n0 + 8 * ni + 2 * t + e, m = 2 * ni + e, f = 2 * hh + e;
+          const int cc = c2 + e, m = 2 * ni + e, f = 2 * hh + e;
           const float gi = gs[i * ldg + cc];
           const float E = __expf(gi), F = __expf(gL[cc] - gi);
           const float kh = to_f(ks[i * ld + cc]) * rk[i];
-          dq[hh][m] = scale * E * aq[0][ni][f];
-          x[hh][m] = -E * ax[0][ni][f];
-          km[hh][m] = F * an[0][ni][f];
-          colp[m] += kh * km[hh][m];
+          const float kmv = F * an[0][ni][f];
+          colp[m] += kh * kmv;
+          dq[hh][m] = scale * E * aq[0][ni][f] + (e ? dqd.y : dqd.x);
+          x[hh][m] = -E * ax[0][ni][f] + (e ? dzd.y : dzd.x);
+          km[hh][m] = kmv + (e ? dkd.y : dkd.x);
         }
-    }
-    // The decayed products (A1 = s·Lo(dO Nᵀ), dM; dR = diag(β) dM):
-    //   dq_i += Σ_j A1_ij k_j Γ_ij,  Z_i = Σ_{j<i} dM_ij k_j Γ_ij,  dK⁻_j += Σ_i Γ_ij (A1_ij q_i + β_i dM_ij k_i).
-    // Diagonal 16x16 blocks: exact per-element exps, the same 16-bit A1 / dM values on both sides.
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = tm0 + g + 8 * hh;
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int cc = n0 + 8 * ni + 2 * t + e, m = 2 * ni + e;
-          const float gi = gs[i * ldg + cc];
-          float sq = 0.f, sz = 0.f, sk = 0.f;
-#pragma unroll 4
-          for (int jj = 0; jj < 16; ++jj) {
-            const int j = tm0 + jj;
-            const float gj = gs[j * ldg + cc];
-            const float kj = to_f(ks[j * ld + cc]) * rk[j];
-            if (j <= i) {
-              const float G = __expf(gi - gj);
-              sq += to_f(A1s[i * ld + j]) * kj * G;
-              if (j < i) sz += to_f(dMs[i * ld + j]) * kj * G;
-            }
-            if (j >= i) {
-              const float G = __expf(gj - gi);
-              sk += G * (to_f(A1s[j * ld + i]) * to_f(qs[j * ld + cc]) * rq[j] + bet[j] * to_f(dMs[j * ld + i]) * kj);
-            }
-          }
-          dq[hh][m] += sq;
-          x[hh][m] += sz;
-          km[hh][m] += sk;
-        }
+      }
     }
     // seed 001 on everything but the off-diagonal blocks: dγ = q⊙dq + k⊙(dK⁺ − dK⁻), dK⁺ = β (x + z);
     // from here km holds dk = dK⁺ + dK⁻.
@@ -743,6 +809,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     // gradient of a pair enters row i as +Qd_I[i]·A1_ij·Kmin_I[j] and row j as −Kmin_I[j]·A1_ij·Qd_I[i]
     // (likewise for dM with Kd): the same rounded operands on both sides, so the two cancel
     // in the sums over rows (dA_log, ddt_bias) as they do in exact arithmetic.
+    __syncthreads();  // every warp has read Dq, Dz, Dk: the union takes the decayed operands
     T* Kmin = reinterpret_cast<T*>(un);  // 96 rows: I = 1, 2, 3 -> rows j < 16 I at offsets 0, 16, 48
     T* Qd = Kmin + 96 * ld;              // 48 rows: I = 1, 2, 3 -> rows 16 I .. 16 I + 15 at 16 (I - 1)
     T* Kd = Qd + 48 * ld;                // 48 rows, same, β folded in
@@ -877,13 +944,22 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
             make_float2(dgam[hh][2 * ni], dgam[hh][2 * ni + 1]);
     }
     __syncthreads();
-    if (tid < kC) {
-      dbacc[tid] += dbp[tid] + dbp[64 + tid];
-      // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i, then the reverse cumsum
-      float run = __expf(gL[tid]) * rsum[tid] + colred[tid] + colred[64 + tid] + colred[128 + tid] + colred[192 + tid];
-      float* pgo = p.pg + (static_cast<int64_t>(t0) * HV + hv) * K + c0 + tid;
-      for (int i = kC - 1; i >= 0; --i) {
-        run += dgs[i * ldg + tid];
+    {  // the reverse cumsum dg_i = (chunk-end term) + Σ_{i' >= i} dγ_i', four 16-row segments at once
+      const int cc = tid & 63, seg = tid >> 6;
+      float tot = 0.f;
+#pragma unroll
+      for (int m = 0; m < 16; ++m) tot += dgs[(16 * seg + m) * ldg + cc];
+      segtot[seg * 64 + cc] = tot;
+      if (tid < kC) dbacc[tid] += dbp[tid] + dbp[64 + tid];
+      __syncthreads();
+      // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i
+      float run = __expf(gL[cc]) * rsum[cc] + colred[cc] + colred[64 + cc] + colred[128 + cc] + colred[192 + cc];
+      for (int s2 = 3; s2 > seg; --s2) run += segtot[s2 * 64 + cc];
+      float* pgo = p.pg + (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
+#pragma unroll
+      for (int m = 15; m >= 0; --m) {
+        const int i = 16 * seg + m;
+        run += dgs[i * ldg + cc];
         if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
       }
     }

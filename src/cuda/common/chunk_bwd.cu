@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_map.hpp"
+#include "cuda/common/mma.cuh"
 
 namespace linattn::cuda {
 namespace bwd {
@@ -174,6 +176,66 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const void* q
     for (int m = 0; m < kMaxKPerLane; ++m) {
       const int c = lane + 32 * m;
       if (c < K) stf(out, dt, row * K + c, acc[m]);
+    }
+  }
+}
+
+// ---- 4a, vector form: four consecutive channels a lane (float4 partials, 8- or 16-byte q, k, dq,
+// dk accesses), for K in {64, 128, 256} and 16-byte aligned q, k, dq, dk; the same sums in the
+// same order as finish_qk_kernel.
+template <class T>
+__global__ void finish_qk_vec_kernel(const float* pq, const float* pk, const T* q, const T* k, T* dq, T* dk,
+                                     int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
+  constexpr int kIt = kMaxKPerLane / 4;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= tokens * H) return;
+  const int64_t t = row / H;
+  const int h = static_cast<int>(row % H);
+  for (int which = 0; which < 2; ++which) {
+    const float* part = which == 0 ? pq : pk;
+    const T* x = which == 0 ? q : k;
+    T* out = which == 0 ? dq : dk;
+    float acc[kIt][4], xv[kIt][4];
+    float ss = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int c = 4 * lane + 128 * it;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[it][e] = xv[it][e] = 0.f;
+      if (l2 && c < K) kern::load4<T>(x + row * K + c, xv[it]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ss += xv[it][e] * xv[it][e];
+    }
+    for (int gg = 0; gg < G; ++gg)
+      for (int s = 0; s < NS; ++s) {
+        const float* src = part + ((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K;
+#pragma unroll
+        for (int it = 0; it < kIt; ++it) {
+          const int c = 4 * lane + 128 * it;
+          if (c < K) {
+            const float4 v = *reinterpret_cast<const float4*>(src + c);
+            acc[it][0] += v.x; acc[it][1] += v.y; acc[it][2] += v.z; acc[it][3] += v.w;
+          }
+        }
+      }
+    if (l2) {
+      const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
+      float dot = 0.f;
+#pragma unroll
+      for (int it = 0; it < kIt; ++it)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dot += xv[it][e] * rstd * acc[it][e];
+      dot = warp_sum(dot);
+#pragma unroll
+      for (int it = 0; it < kIt; ++it)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[it][e] = rstd * (acc[it][e] - xv[it][e] * rstd * dot);
+    }
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int c = 4 * lane + 128 * it;
+      if (c < K) kern::store4<T>(out + row * K + c, acc[it]);
     }
   }
 }
@@ -896,10 +958,24 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 
   // ---- finish: sums over the GVA group (and V splits), transforms backwards, column sums
   if (tokens > 0) {
-    finish_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(pq, pk, f.q.data, f.k.data, out.dq.data, out.dk.data,
-                                                                dt, tokens, static_cast<int>(p.H),
-                                                                static_cast<int>(p.G), static_cast<int>(p.HV),
-                                                                static_cast<int>(p.K), NS, l2);
+    const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
+    const int K = static_cast<int>(p.K);
+    auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
+    const bool vec = (K == 64 || K == 128 || K == 256) && aligned(f.q.data) && aligned(f.k.data) &&
+                     aligned(out.dq.data) && aligned(out.dk.data);
+    const unsigned nb = blocks_for(tokens * p.H);
+    auto vec_launch = [&](auto tag) {
+      using T = decltype(tag);
+      finish_qk_vec_kernel<T><<<nb, 256, 0, st>>>(pq, pk, static_cast<const T*>(f.q.data),
+                                                   static_cast<const T*>(f.k.data), static_cast<T*>(out.dq.data),
+                                                   static_cast<T*>(out.dk.data), tokens, H, G, HV, K, NS, l2);
+    };
+    if (vec && dt == 0) vec_launch(__half{});
+    else if (vec && dt == 1) vec_launch(__nv_bfloat16{});
+    else if (vec && dt == 2) vec_launch(float{});
+    else
+      finish_qk_kernel<<<nb, 256, 0, st>>>(pq, pk, f.q.data, f.k.data, out.dq.data, out.dk.data, dt, tokens, H, G,
+                                           HV, K, NS, l2);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_qk launch", e);
   }
 

@@ -265,17 +265,26 @@ __device__ __forceinline__ void warp_mma_sm(float (&acc)[MI][NI][4], const T* pa
 // 4 consecutive 16-bit elements <-> floats (8-byte aligned).
 template <class T>
 __device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  const T* e = reinterpret_cast<const T*>(&u);
+  if constexpr (kIs16<T>) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
 #pragma unroll
-  for (int m = 0; m < 4; ++m) x[m] = to_f(e[m]);
+    for (int m = 0; m < 4; ++m) x[m] = to_f(e[m]);
+  } else {
+    const float4 u = *reinterpret_cast<const float4*>(p);
+    x[0] = u.x; x[1] = u.y; x[2] = u.z; x[3] = u.w;
+  }
 }
 template <class T>
 __device__ __forceinline__ void store4(T* p, const float (&x)[4]) {
-  uint2 u;
-  u.x = pack2<T>(x[0], x[1]);
-  u.y = pack2<T>(x[2], x[3]);
-  *reinterpret_cast<uint2*>(p) = u;
+  if constexpr (kIs16<T>) {
+    uint2 u;
+    u.x = pack2<T>(x[0], x[1]);
+    u.y = pack2<T>(x[2], x[3]);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  }
 }
 
 template <int MI, int NI>

@@ -462,31 +462,29 @@ struct ChunkPlan {
     std::size_t o = 0;
     seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
+    // Pass 1's operands W, Qg, KgT (+ its low half) and Aqk are dead once it ends: pass 2's float
+    // partials pq, pk, pg, pb take their place (the region is the larger of the two sets).
+    const std::size_t reuse = o;
     W = o; o = align_up(o + nb * kC * K * es);
-    U = o; o = align_up(o + nb * kC * V * es);
     Qg = o; o = align_up(o + nb * kC * K * es);
     KgT = o; o = align_up(o + nb * kC * K * es);
     Aqk = o; o = align_up(o + nb * kC * kC * es);
+    if (split) { KgT_lo = o; o = align_up(o + nb * kC * K * es); }
+    std::size_t r = reuse;
+    pq = r; r = align_up(r + T * p.HV * K * 4);
+    pk = r; r = align_up(r + T * p.HV * K * 4);
+    pg = r; r = align_up(r + T * p.HV * K * 4);
+    pb = r; r = align_up(r + T * p.HV * 4);
+    o = std::max(o, r);
+    U = o; o = align_up(o + nb * kC * V * es);
     Ainv = o; o = align_up(o + nb * kC * kC * es);
     gexp = o; o = align_up(o + nb * K * 4);
     h = o; o = align_up(o + nb * K * V * 4);
     vnew = o; o = align_up(o + nb * kC * V * es);
     dh = o; o = align_up(o + nb * K * V * 4);
     dN = o; o = align_up(o + nb * kC * V * es);
-    if (f32) {
-      pq = W;
-      pk = Qg;
-      pg = KgT;
-      pb = Aqk;
-    } else {
-      pq = o; o = align_up(o + T * p.HV * K * 4);
-      pk = o; o = align_up(o + T * p.HV * K * 4);
-      pg = o; o = align_up(o + T * p.HV * K * 4);
-      pb = o; o = align_up(o + T * p.HV * 4);
-    }
     if (split) {
       U_lo = o; o = align_up(o + nb * kC * V * es);
-      KgT_lo = o; o = align_up(o + nb * kC * K * es);
       dN_lo = o; o = align_up(o + nb * kC * V * es);
       dY_lo = o; o = align_up(o + nb * kC * V * es);
     }

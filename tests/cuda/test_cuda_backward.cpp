@@ -789,10 +789,11 @@ TEST(CudaBackward, SmallUnsupported) {
   EXPECT_EQ(s.code, StatusCode::kNotSupported);
 }
 
-// Timing at issue 5's reference shape (KDA, B=2, T=8192, H=32, K=V=128, bf16; LINATTN_BENCH_DTYPE
-// f32 / f16 for the other dtypes); FLA's fwd+bwd there is 9.99 ms on H200. Prints the backward
-// time of each path (the default: chunked in float32; chunked16; token replay), the forward, and
-// the default path's workspace and peak (no reference check at this size).
+// Timing at issue 5's reference shape (KDA, B=2, T=8192, H=32, K=V=128, bf16, in-kernel softplus
+// gate); FLA's fwd+bwd there is 9.99 ms on H200. LINATTN_BENCH_DTYPE=f32|f16 for the other dtypes,
+// LINATTN_BENCH_GATE=logsigmoid for the suite's gate (g given), LINATTN_BENCH_FAMILY=gdn for GDN,
+// LINATTN_BENCH_ONLY=<mode> to time one path besides the default. Prints the backward time of
+// each path, the forward, and the default path's workspace and peak (no reference check here).
 TEST(CudaBackwardBench, KdaReferenceShape) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -810,6 +811,9 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   c.V = 128;
   c.gate = Gate::kSoftplus;
   c.beta_sigmoid = true;
+  if (const char* e = std::getenv("LINATTN_BENCH_FAMILY")) {  // gdn: the same shape, GDN (scalar gate)
+    if (std::string(e) == "gdn") c.fam = Family::kGDN;
+  }
   if (const char* e = std::getenv("LINATTN_BENCH_GATE")) {  // logsigmoid: the suite's KDA gate (g given)
     if (std::string(e) == "logsigmoid") {
       c.gate = Gate::kLogsigmoid;
@@ -840,8 +844,8 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
   }
   ASSERT_TRUE(s.ok()) << s.message;
   const char* dn = dtype_name(c.dt);
-  std::printf("[bench] KDA B2 T8192 H32 K128 V128 %s backward: default (chunked) %.3f ms, split %.3f ms, "
-              "chunked16 %.3f ms, chunked32 %.3f ms, token replay %.3f ms\n", dn, ms, mssplit, ms16, ms32, token_ms);
+  std::printf("[bench] %s B2 T8192 H32 K128 V128 %s backward: default (chunked) %.3f ms, split %.3f ms, "
+              "chunked16 %.3f ms, chunked32 %.3f ms, token replay %.3f ms\n", family_name(c.fam), dn, ms, mssplit, ms16, ms32, token_ms);
   // finite gradients
   for (int i = 0; i < 3; ++i) {
     const HostTensor& t = *g.at(i);
@@ -871,8 +875,8 @@ TEST(CudaBackwardBench, KdaReferenceShape) {
       fwd_ms = t / 5;
     }
   }
-  std::printf("[bench] KDA B2 T8192 H32 K128 V128 %s: default backward %.3f ms, forward %.3f ms, fwd+bwd %.3f ms "
-              "(FLA fwd+bwd, bf16, on H200: 9.99 ms)\n", dn, ms, fwd_ms, ms + fwd_ms);
+  std::printf("[bench] %s B2 T8192 H32 K128 V128 %s: default backward %.3f ms, forward %.3f ms, fwd+bwd %.3f ms "
+              "(FLA's KDA fwd+bwd, bf16, on H200: 9.99 ms)\n", family_name(c.fam), dn, ms, fwd_ms, ms + fwd_ms);
   {  // backward workspace and the peak: inputs + gradients + workspace
     detail::Problem p;
     Grads g2 = make_grads(c, x, false);

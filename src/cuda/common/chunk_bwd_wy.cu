@@ -416,6 +416,76 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
   for (int m = 0; m < 16; ++m) Dk[(r0 + m) * ldg + cc] = dk[m];
 }
 
+// Scalar gate (GDN): dg_t straight from the terms that straddle t, each of which carries e^{g_t},
+// instead of the reverse cumsum Σ_{i≥t} dγ_i. At a strongly decayed token the true dg_t is nearly
+// 0, and the cumsum reaches it by cancelling O(1) float32 terms: an absolute error that dA_log
+// weights by g_t (docs/chunked_backward.md, "The scalar gate's dg"; tools/precision --dg-pairs).
+//   dg_t = Σ_c e^{γ_L} rowsum(S ⊙ dS⁺) + Σ_{j<t} ct_j + Σ_{i≥t} rt_i + Σ_{j<t≤i} X_ij
+//   X_ij = Γ_ij (A1_ij ⟨q̂_i, k̂_j⟩ + β_i dM_ij ⟨k̂_i, k̂_j⟩)  (j < i; the pairs of the decayed products)
+// rt, ct, cacc were gathered over the K tiles (the V-side products); the Gram matrices are formed
+// here over K. Writes dg_t into channel 0 of pg's row (zeros elsewhere), which finish_gb sums.
+template <class T, int ld, int ldg>
+__device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, const T* dMs, T* qs, T* ks,
+                                               const T* qbase, const T* kbase, int64_t qk_row, const float* gsc,
+                                               const float* rq, const float* rk, const float* bet,
+                                               const float* rtacc, const float* ctacc, const float* cacc,
+                                               float* Xs, float* dgt, int t0, int Lc, int hv) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tm0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  float gq[1][4][4], gk[1][4][4];
+  zero_acc(gq);
+  zero_acc(gk);
+  __syncthreads();  // every warp is done with the last K tile's qs, ks
+  for (int c0 = 0; c0 < p.K; c0 += 64) {
+    tile64<T>(qs, ld, qbase + c0, qk_row, Lc);
+    tile64<T>(ks, ld, kbase + c0, qk_row, Lc);
+    land();
+    __syncthreads();
+    mma_op<T, 1, 4, false, false>(gq, qs, ld, ks, ld, tm0, n0, 0, 64);
+    mma_op<T, 1, 4, false, false>(gk, ks, ld, ks, ld, tm0, n0, 0, 64);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = tm0 + g + (e >= 2 ? 8 : 0), j = n0 + 8 * ni + 2 * t + (e & 1);
+      float xv = 0.f;
+      if (j < i) {
+        const float G = __expf(gsc[i] - gsc[j]);
+        xv = G * rk[j] * (to_f(A1s[i * ld + j]) * rq[i] * gq[0][ni][e] + bet[i] * to_f(dMs[i * ld + j]) * rk[i] * gk[0][ni][e]);
+      }
+      Xs[i * ldg + j] = xv;
+    }
+  __syncthreads();
+  if (tid < kC) {  // column suffix sums in place: Xs[i][j] = Σ_{i' ≥ i} X_i'j
+    float run = 0.f;
+    for (int i = kC - 1; i > tid; --i) {
+      run += Xs[i * ldg + tid];
+      Xs[i * ldg + tid] = run;
+    }
+  }
+  __syncthreads();
+  if (tid < kC) {
+    float pair = 0.f, col = 0.f, row = 0.f, cend = 0.f;
+    for (int j = 0; j < tid; ++j) {
+      pair += Xs[tid * ldg + j];
+      col += ctacc[j];
+    }
+    for (int i = kC - 1; i >= tid; --i) row += rtacc[i];
+    for (int c = 0; c < kC; ++c) cend += cacc[c];
+    dgt[tid] = cend + col + row + pair;
+  }
+  __syncthreads();
+  const int K = p.K;
+  const int64_t rs = static_cast<int64_t>(p.HV) * K;
+  float* pgo = p.pg + (static_cast<int64_t>(t0) * p.HV + hv) * K;
+  for (int e = tid; e < Lc * K; e += kThreads) {
+    const int i = e / K, c = e - i * K;
+    pgo[i * rs + c] = c == 0 ? dgt[i] : 0.f;
+  }
+}
+
 template <class T>
 struct WyLayout {
   static constexpr int P = pad_of<T>();
@@ -637,7 +707,16 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       store2<T>(dMs + i * ld + j, m[0], m[1]);
     }
   __syncthreads();
-  if (tid < kC) dbacc[tid] = red[tid] + red[64 + tid];
+  // Scalar gate: dg_t is formed at the end from the terms that straddle t (see the end of the
+  // kernel); these gather its per-row parts over the K tiles: rtacc_i (plus side, rows i >= t),
+  // ctacc_j (minus side, rows j < t), cacc (the chunk-end term, every t), per channel slot.
+  float* rtacc = red;
+  float* ctacc = red + 64;
+  float* cacc = tmp;
+  if (tid < kC) {
+    dbacc[tid] = red[tid] + red[64 + tid];
+    if constexpr (!VEC) red[tid] = red[64 + tid] = tmp[tid] = 0.f;
+  }
 
   // ---- B. per K tile of 64 channels
   T* Ss = Bs;  // after phase A the union holds dOs, Ns, dYs and the S (hi, lo), dS⁺ tiles
@@ -760,6 +839,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     // km = F ⊙ (N dS⁺ᵀ) + Dk
     const float* gL = gs + 63 * ldg;
     float dq[2][8], x[2][8], km[2][8], colp[8];
+    float rt[2] = {0.f, 0.f}, ct[2] = {0.f, 0.f};  // scalar gate: this thread's row parts
 #pragma unroll
     for (int m = 0; m < 8; ++m) colp[m] = 0.f;
 #pragma unroll
@@ -779,9 +859,28 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           const float kh = to_f(ks[i * ld + cc]) * rk[i];
           const float kmv = F * an[0][ni][f];
           colp[m] += kh * kmv;
-          dq[hh][m] = scale * E * aq[0][ni][f] + (e ? dqd.y : dqd.x);
-          x[hh][m] = -E * ax[0][ni][f] + (e ? dzd.y : dzd.x);
+          const float dqv = scale * E * aq[0][ni][f], xv = -E * ax[0][ni][f];
+          if constexpr (!VEC) {
+            rt[hh] += to_f(qs[i * ld + cc]) * rq[i] * dqv + kh * bet[i] * xv;
+            ct[hh] += kh * kmv;
+          }
+          dq[hh][m] = dqv + (e ? dqd.y : dqd.x);
+          x[hh][m] = xv + (e ? dzd.y : dzd.x);
           km[hh][m] = kmv + (e ? dkd.y : dkd.x);
+        }
+      }
+    }
+    if constexpr (!VEC) {  // per row over this warp's 32 channels, to segtot (summed at the tile's end)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+          rt[hh] += __shfl_xor_sync(0xffffffffu, rt[hh], o);
+          ct[hh] += __shfl_xor_sync(0xffffffffu, ct[hh], o);
+        }
+        if (t == 0) {
+          segtot[nh * 64 + tm0 + g + 8 * hh] = rt[hh];
+          segtot[128 + nh * 64 + tm0 + g + 8 * hh] = ct[hh];
         }
       }
     }
@@ -933,38 +1032,51 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
 #pragma unroll
         for (int e = 0; e < 2; ++e) colred[mt * 64 + n0 + 8 * ni + 2 * t + e] = colp[2 * ni + e];
     }
-    __syncthreads();  // every warp is done with the decayed operands: dγ takes the union
-    float* dgs = reinterpret_cast<float*>(un);
+    if constexpr (VEC) {
+      __syncthreads();  // every warp is done with the decayed operands: dγ takes the union
+      float* dgs = reinterpret_cast<float*>(un);
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = tm0 + g + 8 * hh;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = tm0 + g + 8 * hh;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-        *reinterpret_cast<float2*>(dgs + i * ldg + n0 + 8 * ni + 2 * t) =
-            make_float2(dgam[hh][2 * ni], dgam[hh][2 * ni + 1]);
-    }
-    __syncthreads();
-    {  // the reverse cumsum dg_i = (chunk-end term) + Σ_{i' >= i} dγ_i', four 16-row segments at once
-      const int cc = tid & 63, seg = tid >> 6;
-      float tot = 0.f;
-#pragma unroll
-      for (int m = 0; m < 16; ++m) tot += dgs[(16 * seg + m) * ldg + cc];
-      segtot[seg * 64 + cc] = tot;
-      if (tid < kC) dbacc[tid] += dbp[tid] + dbp[64 + tid];
-      __syncthreads();
-      // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i
-      float run = __expf(gL[cc]) * rsum[cc] + colred[cc] + colred[64 + cc] + colred[128 + cc] + colred[192 + cc];
-      for (int s2 = 3; s2 > seg; --s2) run += segtot[s2 * 64 + cc];
-      float* pgo = p.pg + (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
-#pragma unroll
-      for (int m = 15; m >= 0; --m) {
-        const int i = 16 * seg + m;
-        run += dgs[i * ldg + cc];
-        if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
+        for (int ni = 0; ni < 4; ++ni)
+          *reinterpret_cast<float2*>(dgs + i * ldg + n0 + 8 * ni + 2 * t) =
+              make_float2(dgam[hh][2 * ni], dgam[hh][2 * ni + 1]);
       }
+      __syncthreads();
+      {  // the reverse cumsum dg_i = (chunk-end term) + Σ_{i' >= i} dγ_i', four 16-row segments at once
+        const int cc = tid & 63, seg = tid >> 6;
+        float tot = 0.f;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) tot += dgs[(16 * seg + m) * ldg + cc];
+        segtot[seg * 64 + cc] = tot;
+        if (tid < kC) dbacc[tid] += dbp[tid] + dbp[64 + tid];
+        __syncthreads();
+        // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i
+        float run = __expf(gL[cc]) * rsum[cc] + colred[cc] + colred[64 + cc] + colred[128 + cc] + colred[192 + cc];
+        for (int s2 = 3; s2 > seg; --s2) run += segtot[s2 * 64 + cc];
+        float* pgo = p.pg + (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
+#pragma unroll
+        for (int m = 15; m >= 0; --m) {
+          const int i = 16 * seg + m;
+          run += dgs[i * ldg + cc];
+          if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
+        }
+      }
+      __syncthreads();
+    } else {
+      __syncthreads();  // segtot, rsum complete
+      if (tid < kC) {
+        dbacc[tid] += dbp[tid] + dbp[64 + tid];
+        rtacc[tid] += segtot[tid] + segtot[64 + tid];
+        ctacc[tid] += segtot[128 + tid] + segtot[192 + tid];
+        cacc[tid] += __expf(gL[tid]) * rsum[tid];
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
+  if constexpr (!VEC) scalar_gate_dg<T, ld, ldg>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
+                                                 ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
   if (tid < Lc) p.pb[static_cast<int64_t>(t0 + tid) * HV + hv] = dbacc[tid];
 }
 

@@ -125,6 +125,7 @@ Status forward_workspace_size(Family family, const ForwardInputs& in, const Opti
   Problem p;
   Status s = detail::resolve_inputs(family, in, opt, &p);
   if (!s.ok()) return s;
+  p.has_saved = opt.disable_recompute;
   *bytes = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
   return Status::Ok();
 }
@@ -134,6 +135,7 @@ Status backward_workspace_size(Family family, const BackwardInputs& in, const Op
   Problem p;
   Status s = detail::resolve_inputs(family, in.fwd, opt, &p);
   if (!s.ok()) return s;
+  p.has_saved = in.saved.present();
   *bytes = on_cuda(p) ? cuda::backward_workspace_bytes(p) : cpu::backward_workspace_bytes(p);
   return Status::Ok();
 }
@@ -170,7 +172,10 @@ Status forward(Family family, const ForwardInputs& in, const ForwardOutputs& out
   if (!(s = check_cuda_build(p)).ok()) return s;
   if (out.saved.present() && !(s = check_saved_size(out.saved, p)).ok()) return s;
   if (on_cuda(p)) {
-    if (!(s = check_workspace(ws, cuda::forward_workspace_bytes(p))).ok()) return s;
+    if (!(s = check_workspace(ws, cuda::forward_workspace_bytes(p))).ok()) {
+      if (p.has_saved) s.message += " (with a saved buffer: set Options::disable_recompute for the query)";
+      return s;
+    }
     return cuda::forward(p, in, out, ws, stream);
   }
   if (!(s = check_workspace(ws, cpu::forward_workspace_bytes(p))).ok()) return s;
@@ -183,7 +188,9 @@ Status backward(Family family, const BackwardInputs& in, const BackwardOutputs& 
   Status s = detail::resolve_backward(family, in, out, opt, &p);
   if (!s.ok()) return s;
   if (!(s = check_cuda_build(p)).ok()) return s;
-  if (in.saved.present() && !(s = check_saved_size(in.saved, p)).ok()) return s;
+  // The CUDA backward checks a saved buffer itself, header first: one written under another backward
+  // form has another size, and the header says which.
+  if (in.saved.present() && !on_cuda(p) && !(s = check_saved_size(in.saved, p)).ok()) return s;
   if (on_cuda(p)) {
     if (!(s = check_workspace(ws, cuda::backward_workspace_bytes(p))).ok()) return s;
     return cuda::backward(p, in, out, ws, stream);

@@ -49,6 +49,7 @@ Options options(const linattn_options* o) {
   r.safe_gate = o->safe_gate != 0;
   if (o->has_lower_bound) r.lower_bound = o->lower_bound;
   r.state_v_first = o->state_v_first != 0;
+  r.disable_recompute = o->disable_recompute != 0;
   return r;
 }
 

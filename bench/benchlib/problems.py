@@ -43,6 +43,7 @@ class Variant:
     safe_gate: bool = False
     lower_bound: float | None = None
     l2norm: bool = False  # use_qk_l2norm_in_kernel (delta rules: keeps the recurrence stable)
+    disable_recompute: bool = False  # the forward keeps its intermediates for the backward
 
     def with_heads(self, H: int, HV: int, K: int, V: int) -> "Variant":
         return dataclasses.replace(self, H=H, HV=HV, K=K, V=V)
@@ -56,6 +57,8 @@ class Variant:
             o["use_gate_in_kernel"] = self.gate_in_kernel
             o["safe_gate"] = self.safe_gate
             o["lower_bound"] = self.lower_bound
+            if self.disable_recompute:
+                o["disable_recompute"] = True
         elif self.family == "gdn" and self.gate_in_kernel:
             o["use_gate_in_kernel"] = True
         return o
@@ -73,6 +76,7 @@ def gpu_variants() -> list[Variant]:
         Variant("kda_ik", "kda", "KDA in-kernel gate", gate_in_kernel=True, l2norm=True),
         Variant("kda_safe_gate", "kda", "KDA safe_gate (L=-5)", safe_gate=True, lower_bound=-5.0, l2norm=True),
         Variant("gdn_gva", "gdn", "GDN GVA (HV = 2H)", H=16, HV=32, l2norm=True),
+        Variant("kda_dr", "kda", "KDA disable_recompute", l2norm=True, disable_recompute=True),
     ]
 
 

@@ -55,6 +55,7 @@ typedef struct linattn_options {
   int32_t has_lower_bound;
   float lower_bound;
   int32_t state_v_first;
+  int32_t disable_recompute; /* forward_workspace_size: sized for a forward that fills `saved` */
 } linattn_options;
 
 typedef struct linattn_forward_inputs {

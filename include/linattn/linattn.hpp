@@ -98,6 +98,9 @@ struct Options {
   std::optional<float> lower_bound;      // KDA, in [-5, 0): with use_gate_in_kernel selects
                                          // g = L * sigmoid(exp(A_log) * (g + dt_bias))
   bool state_v_first = false;            // states stored [.., V, K] instead of [.., K, V]
+  bool disable_recompute = false;        // training: the forward will fill a `saved` buffer
+                                         // (saved_bytes) that the backward reads instead of
+                                         // recomputing; forward_workspace_size sizes for it
 };
 
 // Shapes (N = number of sequences: B, or len(cu_seqlens) - 1 with B == 1):

@@ -232,7 +232,7 @@ NB_MODULE(_C, m) {
           "__init__",
           [](linattn::Options* self, std::optional<double> scale, bool use_qk_l2norm_in_kernel,
              bool use_beta_sigmoid_in_kernel, bool allow_neg_eigval, bool use_gate_in_kernel,
-             bool safe_gate, std::optional<float> lower_bound, bool state_v_first) {
+             bool safe_gate, std::optional<float> lower_bound, bool state_v_first, bool disable_recompute) {
             new (self) linattn::Options();
             self->scale = scale;
             self->use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
@@ -242,11 +242,12 @@ NB_MODULE(_C, m) {
             self->safe_gate = safe_gate;
             self->lower_bound = lower_bound;
             self->state_v_first = state_v_first;
+            self->disable_recompute = disable_recompute;
           },
           nb::kw_only(), "scale"_a.none() = nb::none(), "use_qk_l2norm_in_kernel"_a = false,
           "use_beta_sigmoid_in_kernel"_a = false, "allow_neg_eigval"_a = false,
           "use_gate_in_kernel"_a = false, "safe_gate"_a = false,
-          "lower_bound"_a.none() = nb::none(), "state_v_first"_a = false)
+          "lower_bound"_a.none() = nb::none(), "state_v_first"_a = false, "disable_recompute"_a = false)
       .def_rw("scale", &linattn::Options::scale, nb::arg().none())
       .def_rw("use_qk_l2norm_in_kernel", &linattn::Options::use_qk_l2norm_in_kernel)
       .def_rw("use_beta_sigmoid_in_kernel", &linattn::Options::use_beta_sigmoid_in_kernel)
@@ -254,7 +255,8 @@ NB_MODULE(_C, m) {
       .def_rw("use_gate_in_kernel", &linattn::Options::use_gate_in_kernel)
       .def_rw("safe_gate", &linattn::Options::safe_gate)
       .def_rw("lower_bound", &linattn::Options::lower_bound, nb::arg().none())
-      .def_rw("state_v_first", &linattn::Options::state_v_first);
+      .def_rw("state_v_first", &linattn::Options::state_v_first)
+      .def_rw("disable_recompute", &linattn::Options::disable_recompute);
 
   m.attr("CHUNK_SIZE") = linattn::kChunkSize;
   m.def("version", &linattn::version);
@@ -287,15 +289,17 @@ NB_MODULE(_C, m) {
 
   m.def(
       "backward_workspace_size",
-      [](int family, LINATTN_INPUT_PARAMS, const linattn::Options& opt) {
+      [](int family, LINATTN_INPUT_PARAMS, const linattn::Options& opt, OptIn saved) {
         std::size_t bytes = 0;
         linattn::BackwardInputs in;
         in.fwd = LINATTN_INPUTS.views();
+        in.saved = opt_view("saved", saved);
         check(linattn::backward_workspace_size(to_family(family), in, opt, &bytes));
         return bytes;
       },
-      "family"_a, LINATTN_INPUT_ARGS, "options"_a,
-      "Bytes of scratch memory backward() needs for these inputs (validates them).");
+      "family"_a, LINATTN_INPUT_ARGS, "options"_a, "saved"_a.none() = nb::none(),
+      "Bytes of scratch memory backward() needs for these inputs (validates them); with the "
+      "saved buffer the backward will read (disable_recompute), the smaller size of that backward.");
 
   m.def(
       "saved_bytes",

@@ -117,6 +117,7 @@ def chunk_fwd(
                cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                    allow_neg_eigval, safe_gate, lower_bound, state_v_first)
+    opt.disable_recompute = bool(disable_recompute)  # sizes the workspace for filling `saved`
     q = inp["q"]
     sdt = _state_dtype(q)
     with _device_guard(q):
@@ -231,7 +232,7 @@ def chunk_bwd(
         for src, dst in (("g", "dg"), ("g_gamma", "dg_gamma"), ("beta", "dbeta"),
                          ("A_log", "dA_log"), ("dt_bias", "ddt_bias"), ("initial_state", "dh0")):
             grads[dst] = None if inp[src] is None else torch.empty_like(inp[src])
-        nws = _C.backward_workspace_size(family, **inp, options=opt)
+        nws = _C.backward_workspace_size(family, **inp, options=opt, saved=_c(saved))
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         _C.backward(family, **inp, d_o=_c(do), dht=_c(dht), saved=_c(saved), **grads,
                     options=opt, workspace=ws, stream=_stream(q))

@@ -77,8 +77,13 @@ def make_options(
     safe_gate: bool = False,
     lower_bound: Optional[float] = None,
     state_v_first: bool = False,
+    disable_recompute: bool = False,
 ) -> "_C.Options":
-    """Build the C++ ``Options`` struct (FLA's option names; ``scale=None`` means ``K ** -0.5``)."""
+    """Build the C++ ``Options`` struct (FLA's option names; ``scale=None`` means ``K ** -0.5``).
+
+    ``disable_recompute`` only sizes the forward's workspace for a forward that fills a saved
+    buffer; the buffer itself is what the backward reads.
+    """
     return _C.Options(
         scale=None if scale is None else float(scale),
         use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
@@ -88,6 +93,7 @@ def make_options(
         safe_gate=bool(safe_gate),
         lower_bound=None if lower_bound is None else float(lower_bound),
         state_v_first=bool(state_v_first),
+        disable_recompute=bool(disable_recompute),
     )
 
 
@@ -126,7 +132,7 @@ def _h_shape(inp, state_v_first: bool) -> Tuple[int, ...]:
 
 def _split_options(kwargs):
     names = ("scale", "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
-             "use_gate_in_kernel", "safe_gate", "lower_bound", "state_v_first")
+             "use_gate_in_kernel", "safe_gate", "lower_bound", "state_v_first", "disable_recompute")
     opts = {n: kwargs.pop(n) for n in names if n in kwargs}
     return make_options(**opts), bool(opts.get("state_v_first", False))
 
@@ -158,6 +164,7 @@ def forward_numpy(family, q, k, v, *, output_final_state: bool = False,
     fs = np.empty(_state_shape(inp, v_first), _state_dtype(inp)) if output_final_state else None
     h = np.empty(_h_shape(inp, v_first), _state_dtype(inp)) if return_intermediate_states else None
     saved = None
+    opt.disable_recompute = bool(disable_recompute)
     if disable_recompute:
         n = _C.saved_bytes(fam, **inp, options=opt)
         saved = np.empty(n, np.uint8) if n > 0 else None
@@ -190,7 +197,7 @@ def backward_numpy(family, q, k, v, do, *, dht=None, saved=None, **kwargs) -> Di
     opt, _ = _split_options(kwargs)
     inp = _inputs(q, k, v, kwargs)
     grads = _grad_buffers(fam, inp)
-    ws = np.empty(_C.backward_workspace_size(fam, **inp, options=opt), np.uint8)
+    ws = np.empty(_C.backward_workspace_size(fam, **inp, options=opt, saved=_arr(saved)), np.uint8)
     _C.backward(fam, **inp, d_o=_arr(do), dht=_arr(dht), saved=_arr(saved), **grads,
                 options=opt, workspace=ws)
     return {n: x for n, x in grads.items() if x is not None}

@@ -35,6 +35,9 @@ struct Problem {
   bool has_A_log = false;
   bool has_dt_bias = false;
   bool has_h0 = false;
+  // A saved buffer (disable_recompute) takes part: the forward's out.saved or the backward's
+  // in.saved; for forward_workspace_size, Options::disable_recompute.
+  bool has_saved = false;
 
   BetaTransform beta_tf;  // identity unless use_beta_sigmoid_in_kernel
   GateTransform gate_tf;  // identity unless use_gate_in_kernel

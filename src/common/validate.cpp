@@ -445,6 +445,7 @@ Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutp
     }
   }
   if (out.saved.present()) LINATTN_TRY(check_saved("saved", out.saved, *p));
+  p->has_saved = out.saved.present();
   LINATTN_TRY(check_no_alias(
       {{"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}, {"saved", &out.saved}},
       {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma},
@@ -462,6 +463,7 @@ Status resolve_backward(Family family, const BackwardInputs& in, const BackwardO
   LINATTN_TRY(check_same_as("d_o", in.d_o, "v", in.fwd.v, dev));
   if (in.dht.present()) LINATTN_TRY(check_state_like("dht", in.dht, *p));
   if (in.saved.present()) LINATTN_TRY(check_saved("saved", in.saved, *p));
+  p->has_saved = in.saved.present();
 
   LINATTN_TRY(check_same_as("dq", out.dq, "q", in.fwd.q, dev));
   LINATTN_TRY(check_same_as("dk", out.dk, "k", in.fwd.k, dev));

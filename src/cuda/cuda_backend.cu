@@ -2,6 +2,7 @@
 // GLA and simple GLA are refused for now; the KDA/GDN backward lives in common/chunk_bwd.*.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -126,16 +127,24 @@ bool available() {
 
 std::size_t forward_workspace_bytes(const Problem& p) {
   if (!supported(p).ok()) return 0;
+  // disable_recompute: the forward that fills a saved buffer runs other kernels (chunk_bwd.hpp)
+  if (p.has_saved) return std::max(WsLayout(p).total, forward_saved_workspace_bytes(p));
   return WsLayout(p).total;
 }
 std::size_t backward_workspace_bytes(const Problem& p) { return backward_kda_gdn_workspace_bytes(p); }
-std::size_t saved_bytes(const Problem&) { return 0; }
+std::size_t saved_bytes(const Problem& p) { return supported(p).ok() ? saved_kda_gdn_bytes(p) : 0; }
 
 Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
                Stream stream) {
   Status s = supported(p);
   if (!s.ok()) return s;
+  s = check_aligned({{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
+                     {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias}, {"initial_state", &in.initial_state},
+                     {"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}});
+  if (!s.ok()) return s;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  // disable_recompute: the backward's front half, keeping its intermediates in out.saved
+  if (out.saved.present()) return forward_saved_kda_gdn(p, in, out, ws, st);
   DeviceGuard device;
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
   cudaError_t e = cudaSuccess;

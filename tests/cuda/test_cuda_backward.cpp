@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -768,6 +769,178 @@ TEST(CudaBackward, SmallUnknownModeEnv) {
   }
   if (prev) setenv("LINATTN_CUDA_BWD", saved.c_str(), 1);
   else unsetenv("LINATTN_CUDA_BWD");
+}
+
+// ---- disable_recompute: a forward that fills a saved buffer, a backward that reads it.
+struct SavedRun {
+  int bwd_mode = cuda::kBackwardFromEnv;  // the backward's mode (the forward runs the default)
+  bool zero_body = false;                 // overwrite everything after the header with zeros
+  std::optional<double> bwd_scale;        // a backward for another problem (another scale)
+};
+
+// Public API: forward with out.saved (o and the final state come back in *o, *ht), then the
+// backward with in.saved. Returns the backward's status.
+Status run_saved(const Case& c, const Inputs& x, const SavedRun& how, Grads* g, HostTensor* o, HostTensor* ht) {
+  std::vector<DBuf> keep;
+  keep.reserve(32);
+  *g = make_grads(c, x, false);
+  BackwardInputs in = in_views(x, true, keep);
+  BackwardOutputs out = out_views(*g, true, keep);
+  Options opt = make_options(c);
+  opt.disable_recompute = true;
+  std::size_t nsaved = 0, nws = 0;
+  Status s = saved_bytes(c.fam, in.fwd, opt, &nsaved);
+  if (!s.ok()) return s;
+  if (nsaved == 0) return {StatusCode::kBackendError, "saved_bytes is 0 on CUDA"};
+  DBuf saved(nsaved);
+  const Device dev{DeviceType::kCUDA, 0};
+  const TensorView sv = make_view(saved.p, DType::kUInt8, {static_cast<int64_t>(nsaved)}, dev);
+  cudaMemset(saved.p, 0xff, nsaved);
+  *o = x.v;
+  o->poison();
+  *ht = x.h0.present() ? x.h0 : (c.v_first ? HostTensor(DType::kFloat32, {x.N, c.HV, c.V, c.K})
+                                            : HostTensor(DType::kFloat32, {x.N, c.HV, c.K, c.V}));
+  ht->poison();
+  ForwardOutputs fo;
+  fo.o = to_dev(*o, keep);
+  fo.final_state = to_dev(*ht, keep);
+  fo.saved = sv;
+  if (!(s = forward_workspace_size(c.fam, in.fwd, opt, &nws)).ok()) return s;
+  {
+    DBuf ws(nws);
+    if (!(s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws}, nullptr)).ok()) return s;
+    if (cudaDeviceSynchronize() != cudaSuccess) return {StatusCode::kBackendError, "forward failed"};
+  }
+  to_host(fo.o, *o);
+  to_host(fo.final_state, *ht);
+  if (how.zero_body) cudaMemset(static_cast<unsigned char*>(saved.p) + 256, 0, nsaved - 256);
+  in.saved = sv;
+  Options bopt = make_options(c);
+  if (how.bwd_scale) bopt.scale = *how.bwd_scale;
+  ModeScope m(how.bwd_mode);
+  if (!(s = backward_workspace_size(c.fam, in, bopt, &nws)).ok()) return s;
+  DBuf ws(nws);
+  s = backward(c.fam, in, out, bopt, Workspace{ws.p, nws}, nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) return {StatusCode::kBackendError, "backward failed"};
+  TensorView* dv[8] = {&out.dq, &out.dk, &out.dv, &out.dg, &out.dbeta, &out.dA_log, &out.ddt_bias, &out.dh0};
+  for (int i = 0; i < 8; ++i) to_host(*dv[i], *g->at(i));
+  return s;
+}
+
+Status run_reference_forward(const Case& c, const Inputs& x, HostTensor* o, HostTensor* ht) {
+  std::vector<DBuf> keep;
+  Inputs w = x;
+  w.q = x.q.as(DType::kFloat64);
+  w.k = x.k.as(DType::kFloat64);
+  w.v = x.v.as(DType::kFloat64);
+  w.beta = x.beta.as(DType::kFloat64);
+  BackwardInputs in = in_views(w, false, keep);
+  *o = w.v;
+  *ht = x.h0.present() ? x.h0 : (c.v_first ? HostTensor(DType::kFloat32, {x.N, c.HV, c.V, c.K})
+                                            : HostTensor(DType::kFloat32, {x.N, c.HV, c.K, c.V}));
+  ForwardOutputs fo;
+  fo.o = o->view;
+  fo.final_state = ht->view;
+  return reference_forward(c.fam, in.fwd, fo, make_options(c));
+}
+
+std::vector<Case> saved_cases() {
+  std::vector<Case> v;
+  Case a;  // KDA bf16: the split form
+  a.B = 2;
+  a.T = 150;
+  a.h0 = true;
+  a.dht = true;
+  v.push_back(a);
+  Case b = a;  // GDN fp16 varlen (an empty sequence), GVA: split
+  b.fam = Family::kGDN;
+  b.dt = DType::kFloat16;
+  b.B = 1;
+  b.T = 200;
+  b.H = 1;
+  b.HV = 2;
+  b.cu = {0, 70, 70, 200};
+  v.push_back(b);
+  Case c = a;  // KDA bf16, in-kernel gate with A_log: float32 compute (16-bit o from float32)
+  c.gate = Gate::kSoftplus;
+  c.beta_sigmoid = true;
+  v.push_back(c);
+  Case d = a;  // KDA float32, state_v_first, K != V
+  d.dt = DType::kFloat32;
+  d.K = 128;
+  d.v_first = true;
+  v.push_back(d);
+  Case e;  // GDN bf16 at K = V = 256: float32 compute (split does not fit)
+  e.fam = Family::kGDN;
+  e.T = 100;
+  e.H = 1;
+  e.HV = 1;
+  e.K = 256;
+  e.V = 256;
+  e.dht = true;
+  v.push_back(e);
+  return v;
+}
+
+// disable_recompute: the forward's o and final state meet SPEC against float64, and the backward
+// that reads the saved buffer gives bitwise the gradients of the recomputing backward.
+TEST(CudaBackward, SmallSavedMatchesRecompute) {
+  SKIP_WITHOUT_GPU();
+  for (const Case& c : saved_cases()) {
+    SCOPED_TRACE(c.name());
+    const Inputs x = make_inputs(c);
+    Grads rec, sav;
+    HostTensor o, ht, o_ref, ht_ref;
+    Status s = run_cuda(c, x, &rec, /*api=*/true);
+    ASSERT_TRUE(s.ok()) << s.message;
+    s = run_saved(c, x, SavedRun{}, &sav, &o, &ht);
+    ASSERT_TRUE(s.ok()) << s.message;
+    for (int i = 0; i < 8; ++i) {
+      if (!rec.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), sav.at(i)->bytes.data(), rec.at(i)->bytes.size()))
+          << kGradNames[i] << " differs from the recomputing backward";
+    }
+    ASSERT_TRUE(run_reference_forward(c, x, &o_ref, &ht_ref).ok());
+    const double tol = tolerance_for(c.dt);
+    EXPECT_LE(rel_err(o, o_ref), tol) << "o";
+    EXPECT_LE(rel_err(ht, ht_ref), tol) << "final_state";
+  }
+}
+
+// The backward reads the saved buffer (zeroing its body changes the gradients), and refuses one
+// written for another problem or another backward form, writing nothing.
+TEST(CudaBackward, SmallSavedIsReadAndChecked) {
+  SKIP_WITHOUT_GPU();
+  const Case c = saved_cases()[0];
+  const Inputs x = make_inputs(c);
+  Grads rec, g;
+  HostTensor o, ht;
+  ASSERT_TRUE(run_cuda(c, x, &rec, /*api=*/true).ok());
+  SavedRun zero;
+  zero.zero_body = true;
+  Status s = run_saved(c, x, zero, &g, &o, &ht);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_NE(0, std::memcmp(rec.dq.bytes.data(), g.dq.bytes.data(), rec.dq.bytes.size()));
+  Grads poisoned = make_grads(c, x, false);
+  auto untouched = [&](Grads& got) {
+    for (int i = 0; i < 8; ++i) {
+      if (!poisoned.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(got.at(i)->bytes.data(), poisoned.at(i)->bytes.data(), poisoned.at(i)->bytes.size()))
+          << kGradNames[i] << " was written";
+    }
+  };
+  SavedRun other;
+  other.bwd_scale = 0.25;
+  s = run_saved(c, x, other, &g, &o, &ht);
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+  EXPECT_NE(s.message.find("not written by a CUDA forward of this problem"), std::string::npos) << s.message;
+  untouched(g);
+  SavedRun mode;
+  mode.bwd_mode = cuda::kBackwardChunked32;
+  s = run_saved(c, x, mode, &g, &o, &ht);
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+  EXPECT_NE(s.message.find("backward form"), std::string::npos) << s.message;
+  untouched(g);
 }
 
 TEST(CudaBackward, SmallPublicApi) {

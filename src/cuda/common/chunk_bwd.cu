@@ -132,59 +132,11 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
   }
 }
 
-// ---- 4a. dq, dk: sum partials over splits and the G value heads, then the l2norm backward.
-// One warp per (token, q/k head).
-__global__ void finish_qk_kernel(const float* pq, const float* pk, const void* q, const void* k, void* dq, void* dk,
-                                 int dt, int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= tokens * H) return;
-  const int64_t t = row / H;
-  const int h = static_cast<int>(row % H);
-  for (int which = 0; which < 2; ++which) {
-    const float* part = which == 0 ? pq : pk;
-    const void* x = which == 0 ? q : k;
-    void* out = which == 0 ? dq : dk;
-    float acc[kMaxKPerLane], xv[kMaxKPerLane];
-    float ss = 0.f;
-#pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
-      const int c = lane + 32 * m;
-      acc[m] = 0.f;
-      xv[m] = (l2 && c < K) ? ldf(x, dt, row * K + c) : 0.f;
-      ss += xv[m] * xv[m];
-    }
-    // the partials: the channel loop innermost, so a warp's loads for one (split, value head) are
-    // all in flight together
-    for (int gg = 0; gg < G; ++gg)
-      for (int s = 0; s < NS; ++s) {
-        const float* src = part + ((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K;
-#pragma unroll
-        for (int m = 0; m < kMaxKPerLane; ++m)
-          if (lane + 32 * m < K) acc[m] += src[lane + 32 * m];
-      }
-    if (l2) {
-      const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
-      float dot = 0.f;
-#pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) dot += xv[m] * rstd * acc[m];
-      dot = warp_sum(dot);
-#pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) acc[m] = rstd * (acc[m] - xv[m] * rstd * dot);
-    }
-#pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
-      const int c = lane + 32 * m;
-      if (c < K) stf(out, dt, row * K + c, acc[m]);
-    }
-  }
-}
-
-// ---- 4a, vector form: four consecutive channels a lane (float4 partials, 8- or 16-byte q, k, dq,
-// dk accesses), for K in {64, 128, 256} and 16-byte aligned q, k, dq, dk; the same sums in the
-// same order as finish_qk_kernel.
+// ---- 4a. dq, dk: sum partials over splits and the G value heads in a fixed order, then the
+// l2norm backward. One warp per (token, q/k head), four consecutive channels a lane (float4
+// partials, 8- or 16-byte q, k, dq, dk accesses: K in {64, 128, 256}, tensors 16-byte aligned).
 template <class T>
-__global__ void finish_qk_vec_kernel(const float* pq, const float* pk, const T* q, const T* k, T* dq, T* dk,
+__global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, const T* k, T* dq, T* dk,
                                      int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
   constexpr int kIt = kMaxKPerLane / 4;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
@@ -422,15 +374,115 @@ struct Plan {
 // docs/chunked_backward.md, "Precision on 16-bit inputs"), or in float32 (kFloat32).
 enum class Compute { kSixteen, kSplit, kFloat32 };
 
+// What the compute type means for the buffers: float32 (16-bit inputs widened first), or the
+// 16-bit input type, with the split form's low halves.
+struct ComputeForm {
+  bool f32, split, widen;
+  ComputeForm(const detail::Problem& p, Compute compute)
+      : f32(compute == Compute::kFloat32 || p.dtype == DType::kFloat32),
+        split(!f32 && compute == Compute::kSplit),
+        widen(f32 && p.dtype != DType::kFloat32) {}
+};
+
+// ---- disable_recompute. A forward given `saved` runs the backward's front half (chunk_prep in
+// its backward form, then the state pass, then O from the chunk-start states) and keeps in
+// `saved` everything the backward reads after that half; a backward given `saved` skips it.
+// Layout: a header (what the buffer was written for), then per (chunk, value head) blocks of
+// W, Qg, KgT [64][K], Aqk and M⁻¹ [64][64], V_new [64][V] in the compute type (with the split
+// form's KgT and V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32).
+constexpr std::size_t kSavedHeaderBytes = 256;
+constexpr char kSavedMagic[8] = {'L', 'N', 'A', 'C', 'U', 'D', 'A', '1'};
+
+struct SavedHeader {
+  char magic[8];
+  int32_t family, dtype, compute, v_first;
+  int64_t tokens, N, H, HV, K, V, num_chunks;
+  uint64_t layout;  // hash of the sequence offsets, input transforms and scale
+};
+static_assert(sizeof(SavedHeader) <= 128, "written by one 128-thread block");
+
+SavedHeader saved_header(const detail::Problem& p, Compute compute) {
+  SavedHeader h{};
+  std::memcpy(h.magic, kSavedMagic, sizeof h.magic);
+  h.family = static_cast<int32_t>(p.family);
+  h.dtype = static_cast<int32_t>(p.dtype);
+  h.compute = static_cast<int32_t>(compute);
+  h.v_first = p.opt.state_v_first ? 1 : 0;
+  h.tokens = p.B * p.T;
+  h.N = p.N;
+  h.H = p.H;
+  h.HV = p.HV;
+  h.K = p.K;
+  h.V = p.V;
+  h.num_chunks = p.num_chunks;
+  uint64_t x = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&x](uint64_t v) {
+    for (int i = 0; i < 8; ++i) x = (x ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  auto bits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  };
+  for (int64_t c : p.cu) mix(static_cast<uint64_t>(c));
+  mix(p.opt.use_qk_l2norm_in_kernel);
+  mix(static_cast<uint64_t>(p.gate_tf.kind));
+  mix(bits(p.gate_tf.lower_bound));
+  mix(p.beta_tf.sigmoid + 2 * p.beta_tf.neg_eigval);
+  mix(p.has_g + 2 * p.has_A_log + 4 * p.has_dt_bias + 8 * p.has_h0);
+  mix(bits(p.scale));
+  h.layout = x;
+  return h;
+}
+
+__global__ void write_saved_header_kernel(const SavedHeader h, unsigned char* dst) {
+  if (threadIdx.x < sizeof(SavedHeader)) dst[threadIdx.x] = reinterpret_cast<const unsigned char*>(&h)[threadIdx.x];
+}
+
+// h in the caller's float64 (return_intermediate_states next to a saved buffer): from saved's float32.
+__global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+struct SavedLayout {
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  std::size_t W = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0, total = 0;
+  std::size_t KgT_lo = kNone, vnew_lo = kNone;  // split form only
+  SavedLayout(const detail::Problem& p, Compute compute) {
+    const ComputeForm cf(p, compute);
+    const std::size_t es = cf.f32 ? 4 : 2;
+    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
+    const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
+    std::size_t o = kSavedHeaderBytes;
+    W = o; o = align_up(o + nb * kC * K * es);
+    Qg = o; o = align_up(o + nb * kC * K * es);
+    KgT = o; o = align_up(o + nb * kC * K * es);
+    Aqk = o; o = align_up(o + nb * kC * kC * es);
+    Ainv = o; o = align_up(o + nb * kC * kC * es);
+    gexp = o; o = align_up(o + nb * K * 4);
+    h = o; o = align_up(o + nb * K * V * 4);
+    vnew = o; o = align_up(o + nb * kC * V * es);
+    if (cf.split) {
+      KgT_lo = o; o = align_up(o + nb * kC * K * es);
+      vnew_lo = o; o = align_up(o + nb * kC * V * es);
+    }
+    total = o;
+  }
+};
+
 // Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (16-bit q, k, v,
 // dO are first widened into q32, k32, v32, dO32; float32 inputs are read in place); otherwise in
 // the 16-bit input type, with split's four low-half buffers. Dead buffers are reused: U is dead
 // after chunk_state, so dY (pass 2 scratch) takes its place, and V_new's low half is written over
-// U_lo as chunk_state reads it; W, Qg, KgT and Aqk are dead after pass 1, so in float32 the
-// partials pq, pk, pg, pb take their places (W >= pq: 64 tokens x K floats per (chunk, value
-// head) block; a 16-bit W is half of that, so the 16-bit forms keep them apart); draw (ddt_bias
-// rows) and da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens
-// per block). Nothing else is dead while the widened inputs are read (prep to pass 2).
+// U_lo as chunk_state reads it; W, Qg, KgT and Aqk are dead after pass 1, so the partials pq, pk,
+// pg, pb take their places (the region is the larger of the two sets); draw (ddt_bias rows) and
+// da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per
+// block). Nothing else is dead while the widened inputs are read (prep to pass 2).
+// With a saved buffer (`from_saved`) the front half's buffers (W .. V_new, SavedLayout) are the
+// caller's and read-only: the workspace holds the rest, without the reuse of W's region; draw and
+// da then take dh's and dN's places.
 // At issue 5's reference shape (KDA, B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks,
 // 16384 tokens), MiB:
 //   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256; Aqk/pb, Ainv 2 x 128; gexp 4;
@@ -438,21 +490,25 @@ enum class Compute { kSixteen, kSplit, kFloat32 };
 //     bf16/fp16 inputs add q32, k32, v32, dO32 4 x 256: 3844 MiB (3.75 GiB).
 //   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h, dh 2 x 512; vnew, dN 2 x 128;
 //     pq, pk, pg 3 x 256; pb 2: 2694 MiB (2.63 GiB); split adds U_lo, KgT_lo, dN_lo, dY_lo
-//     4 x 128: 3206 MiB (3.13 GiB).
+//     4 x 128 and reuses W's region for the partials: 2.57 GiB.
+//   split from saved: pq, pk, pg 3 x 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 1794 MiB,
+//     beside the saved buffer's 1412 MiB.
 struct ChunkPlan {
   static constexpr std::size_t kNone = ~std::size_t{0};
   std::size_t seqs = 0, chunks = 0, W = 0, U = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0,
-              dh = 0, dN = 0, pq = 0, pk = 0, pg = 0, pb = 0, total = 0;
+              dh = 0, dN = 0, dY = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0, total = 0;
   std::size_t q32 = kNone, k32 = kNone, v32 = kNone, dO32 = kNone;  // kNone: inputs read in place
   // split (16-bit hi + lo halves): U_lo (then V_new's low half in its place), KgT_lo, dN_lo, dY_lo
-  std::size_t U_lo = kNone, KgT_lo = kNone, dN_lo = kNone, dY_lo = kNone;
-  bool f32 = false, widen = false, split = false;
+  std::size_t U_lo = kNone, KgT_lo = kNone, dN_lo = kNone, dY_lo = kNone, vnew_lo = kNone;
+  bool f32 = false, widen = false, split = false, from_saved = false;
   int KG = 1;
   int64_t tokens = 0;
-  ChunkPlan(const detail::Problem& p, Compute compute) {
-    f32 = compute == Compute::kFloat32 || p.dtype == DType::kFloat32;
-    split = !f32 && compute == Compute::kSplit;
-    widen = f32 && p.dtype != DType::kFloat32;
+  ChunkPlan(const detail::Problem& p, Compute compute, bool saved) {
+    const ComputeForm cf(p, compute);
+    f32 = cf.f32;
+    split = cf.split;
+    widen = cf.widen;
+    from_saved = saved;
     KG = p.vector_gate ? static_cast<int>(p.K) : 1;
     tokens = p.B * p.T;
     const std::size_t es = f32 ? 4 : 2;
@@ -462,32 +518,38 @@ struct ChunkPlan {
     std::size_t o = 0;
     seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
-    // Pass 1's operands W, Qg, KgT (+ its low half) and Aqk are dead once it ends: pass 2's float
-    // partials pq, pk, pg, pb take their place (the region is the larger of the two sets).
     const std::size_t reuse = o;
-    W = o; o = align_up(o + nb * kC * K * es);
-    Qg = o; o = align_up(o + nb * kC * K * es);
-    KgT = o; o = align_up(o + nb * kC * K * es);
-    Aqk = o; o = align_up(o + nb * kC * kC * es);
-    if (split) { KgT_lo = o; o = align_up(o + nb * kC * K * es); }
+    if (!saved) {
+      W = o; o = align_up(o + nb * kC * K * es);
+      Qg = o; o = align_up(o + nb * kC * K * es);
+      KgT = o; o = align_up(o + nb * kC * K * es);
+      Aqk = o; o = align_up(o + nb * kC * kC * es);
+      if (split) { KgT_lo = o; o = align_up(o + nb * kC * K * es); }
+    }
     std::size_t r = reuse;
     pq = r; r = align_up(r + T * p.HV * K * 4);
     pk = r; r = align_up(r + T * p.HV * K * 4);
     pg = r; r = align_up(r + T * p.HV * K * 4);
     pb = r; r = align_up(r + T * p.HV * 4);
     o = std::max(o, r);
-    U = o; o = align_up(o + nb * kC * V * es);
-    Ainv = o; o = align_up(o + nb * kC * kC * es);
-    gexp = o; o = align_up(o + nb * K * 4);
-    h = o; o = align_up(o + nb * K * V * 4);
-    vnew = o; o = align_up(o + nb * kC * V * es);
+    dY = o; o = align_up(o + nb * kC * V * es);
+    if (!saved) {
+      U = dY;
+      Ainv = o; o = align_up(o + nb * kC * kC * es);
+      gexp = o; o = align_up(o + nb * K * 4);
+      h = o; o = align_up(o + nb * K * V * 4);
+      vnew = o; o = align_up(o + nb * kC * V * es);
+    }
     dh = o; o = align_up(o + nb * K * V * 4);
     dN = o; o = align_up(o + nb * kC * V * es);
     if (split) {
-      U_lo = o; o = align_up(o + nb * kC * V * es);
+      if (!saved) { U_lo = o; o = align_up(o + nb * kC * V * es); vnew_lo = U_lo; }
       dN_lo = o; o = align_up(o + nb * kC * V * es);
       dY_lo = o; o = align_up(o + nb * kC * V * es);
     }
+    // h and dh (dh and dN from saved) are dead after pass 2; pq .. pb are not
+    draw = saved ? dh : h;
+    da = saved ? dN : dh;
     if (widen) {
       q32 = o; o = align_up(o + T * p.H * K * 4);
       k32 = o; o = align_up(o + T * p.H * K * 4);
@@ -498,7 +560,31 @@ struct ChunkPlan {
   }
 };
 
-constexpr std::size_t kNoChunkMap = ~std::size_t{0};  // build_maps: sequence map only
+// Workspace of a forward that fills a saved buffer: the maps, the chunk-start states in the
+// compute type for the output kernel (hs), and the float32 copies of 16-bit q, k, v when the
+// compute type is float32. U and its low half are written where V_new and its low half go (the
+// state pass reads each element before it writes it, same thread).
+struct SavedForwardPlan {
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  std::size_t seqs = 0, chunks = 0, hs = 0, total = 0;
+  std::size_t q32 = kNone, k32 = kNone, v32 = kNone;
+  SavedForwardPlan(const detail::Problem& p, Compute compute) {
+    const ComputeForm cf(p, compute);
+    const std::size_t es = cf.f32 ? 4 : 2;
+    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
+    const std::size_t T = static_cast<std::size_t>(p.B * p.T);
+    std::size_t o = 0;
+    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
+    chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
+    hs = o; o = align_up(o + nb * p.K * p.V * es);
+    if (cf.widen) {
+      q32 = o; o = align_up(o + T * p.H * p.K * 4);
+      k32 = o; o = align_up(o + T * p.H * p.K * 4);
+      v32 = o; o = align_up(o + T * p.HV * p.V * 4);
+    }
+    total = o;
+  }
+};
 
 // set_backward_mode's setting (a BackwardMode).
 std::atomic<int> g_mode{kBackwardFromEnv};
@@ -557,8 +643,9 @@ Status choose_path(const detail::Problem& p, Path* path) {
   return Status::Ok();
 }
 
+// p.has_saved: the backward is given a saved buffer (the token replay does not read it).
 std::size_t workspace_of(const detail::Problem& p, Path path) {
-  return path == Path::kToken ? Plan(p).total : ChunkPlan(p, compute_of(p, path)).total;
+  return path == Path::kToken ? Plan(p).total : ChunkPlan(p, compute_of(p, path), p.has_saved).total;
 }
 
 Status supported(const detail::Problem& p) {
@@ -576,6 +663,215 @@ Status supported(const detail::Problem& p) {
 }
 
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
+
+GateArgs gate_args(const detail::Problem& p, const ForwardInputs& f) {
+  GateArgs ga{};
+  switch (p.gate_tf.kind) {
+    case detail::GateTransform::Kind::kIdentity: ga.kind = 0; break;
+    case detail::GateTransform::Kind::kSoftplus: ga.kind = 1; break;
+    case detail::GateTransform::Kind::kLowerBound: ga.kind = 2; break;
+  }
+  ga.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
+  ga.has_alog = p.has_A_log ? 1 : 0;
+  ga.has_dtb = p.has_dt_bias ? 1 : 0;
+  ga.A_log = p.has_A_log ? f.A_log.data : nullptr;
+  ga.alog_dt = p.has_A_log ? dtype_code(f.A_log.dtype) : 2;
+  ga.dt_bias = p.has_dt_bias ? f.dt_bias.data : nullptr;
+  ga.dtb_dt = p.has_dt_bias ? dtype_code(f.dt_bias.dtype) : 2;
+  return ga;
+}
+int beta_mode_of(const detail::Problem& p) { return p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0; }
+
+cudaError_t build_maps(const detail::Problem& p, const ForwardInputs& f, unsigned char* seqs,
+                       unsigned char* chunks, cudaStream_t st) {
+  kern::MapParams mp{};
+  mp.cu = p.varlen ? f.cu_seqlens.data : nullptr;
+  mp.cu_int64 = p.varlen && f.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
+  mp.N = static_cast<int>(p.N);
+  mp.T = static_cast<int>(p.T);
+  mp.num_chunks = static_cast<int>(p.num_chunks);  // bounds the sequence map too (see chunk_map.cu)
+  mp.seqs = reinterpret_cast<kern::SeqInfo*>(seqs);
+  mp.chunks = reinterpret_cast<kern::ChunkInfo*>(chunks);
+  return kern::launch_chunk_maps(mp, st);
+}
+
+// float32 copies of 16-bit tensors (n = 0: unused slot).
+cudaError_t widen(const void* const src[4], float* const dst[4], const int64_t n[4], int dt, cudaStream_t st) {
+  WidenArgs wa{};
+  int64_t most = 0;
+  for (int i = 0; i < 4; ++i) {
+    wa.src[i] = src[i];
+    wa.dst[i] = dst[i];
+    wa.n[i] = n[i];
+    most = std::max(most, n[i]);
+  }
+  wa.dt = dt;
+  if (most == 0) return cudaSuccess;
+  const unsigned bx = static_cast<unsigned>(std::min<int64_t>((most + 8 * 256 - 1) / (8 * 256), 4096));
+  widen_kernel<<<dim3(bx, 4), 256, 0, st>>>(wa);
+  return cudaGetLastError();
+}
+
+// The buffers of the chunked backward's front half (chunk_prep, then the state pass).
+struct FrontBufs {
+  const kern::SeqInfo* seqs = nullptr;
+  const kern::ChunkInfo* chunks = nullptr;
+  void *W = nullptr, *U = nullptr, *Qg = nullptr, *KgT = nullptr, *Aqk = nullptr, *Ainv = nullptr;
+  float* gexp = nullptr;
+  float* h = nullptr;  // float32 chunk-start states
+  void* vnew = nullptr;
+  void *U_lo = nullptr, *KgT_lo = nullptr, *vnew_lo = nullptr;  // split form
+};
+// What a forward adds to the front half: the final state and O (through hs, the chunk-start
+// states in the compute type, and the chunk-parallel output kernel).
+struct FrontOutputs {
+  void* ht = nullptr;
+  int ht_dt = 2;
+  void* o = nullptr;
+  int o_dt = 2;
+  void* hs = nullptr;
+};
+
+// chunk_prep in its backward form (M⁻¹, the split form's low halves) and the state pass: the
+// intermediates the backward reads, recomputed by the backward or kept by a forward with a saved
+// buffer (the same kernels with the same inputs: bitwise the same values).
+Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
+                 const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st) {
+  constexpr std::size_t kMaxSmem = 227 * 1024;
+  const GateArgs ga = gate_args(p, f);
+  const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
+  cudaError_t e = cudaSuccess;
+  if (p.num_chunks > 0) {
+    kern::PrepParams pp{};
+    pp.q = q_in;
+    pp.k = k_in;
+    pp.v = v_in;
+    pp.g = f.g.data;
+    pp.g_dt = dtype_code(f.g.dtype);
+    pp.beta = f.beta.data;
+    pp.beta_dt = dtype_code(f.beta.dtype);
+    pp.A_log = ga.A_log;
+    pp.alog_dt = ga.alog_dt;
+    pp.dt_bias = ga.dt_bias;
+    pp.dtb_dt = ga.dtb_dt;
+    pp.chunks = b.chunks;
+    pp.num_chunks = static_cast<int>(p.num_chunks);
+    pp.H = static_cast<int>(p.H);
+    pp.HV = static_cast<int>(p.HV);
+    pp.G = static_cast<int>(p.G);
+    pp.K = K;
+    pp.V = V;
+    pp.scale = static_cast<float>(p.scale);
+    pp.l2norm = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+    pp.beta_mode = beta_mode_of(p);
+    pp.gate_kind = ga.kind;
+    pp.lower_bound = ga.lower_bound;
+    pp.has_alog = ga.has_alog;
+    pp.has_dtb = ga.has_dtb;
+    std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
+    pp.q_in_smem = 1;
+    if (smem > 200 * 1024) {
+      smem = kern::prep_smem_bytes(cdt, K, false);
+      pp.q_in_smem = 0;
+    }
+    pp.W = b.W;
+    pp.U = b.U;
+    pp.Qg = b.Qg;
+    pp.KgT = b.KgT;
+    pp.Aqk = b.Aqk;
+    pp.gexp = b.gexp;
+    pp.Ainv = b.Ainv;
+    if (split) {
+      pp.U_lo = b.U_lo;
+      pp.KgT_lo = b.KgT_lo;
+    }
+    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem), st)
+                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem), st);
+    if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
+  }
+  if (p.N > 0) {
+    kern::StateParams sp{};
+    sp.W = b.W;
+    sp.U = b.U;
+    sp.Qg = b.Qg;
+    sp.KgT = b.KgT;
+    sp.Aqk = b.Aqk;
+    sp.gexp = b.gexp;
+    sp.seqs = b.seqs;
+    sp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+    sp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+    sp.ht = fo.ht;
+    sp.ht_dt = fo.ht_dt;
+    sp.h = b.h;
+    sp.h_dt = 2;
+    sp.o = fo.o;
+    sp.o_dt = fo.o_dt;
+    sp.hs = fo.hs;
+    sp.chunks = b.chunks;
+    sp.num_chunks = static_cast<int>(p.num_chunks);
+    sp.vnew = b.vnew;
+    sp.N = static_cast<int>(p.N);
+    sp.HV = static_cast<int>(p.HV);
+    sp.K = K;
+    sp.V = V;
+    sp.v_first = p.opt.state_v_first ? 1 : 0;
+    int stages = 2;
+    std::size_t smem = kern::state_smem_bytes(cdt, K, 2);
+    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(cdt, K, 1); }
+    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(cdt, K, 0); }
+    sp.stages = stages;
+    if (split) {
+      if (stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
+      sp.U_lo = b.U_lo;
+      sp.vnew_lo = b.vnew_lo;  // may be U_lo: each element is read before it is written, same thread
+    }
+    e = kern::launch_state(cdt, sp, static_cast<int>(smem), st);
+    if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
+  }
+  return Status::Ok();
+}
+
+// The compute form a saved buffer is written and read in: the chunked path's under the current
+// setting (the token replay does not read saved buffers; its forward writes the default form's).
+Status saved_compute(const detail::Problem& p, Compute* c) {
+  Path path = Path::kChunked;
+  if (Status s = choose_path(p, &path); !s.ok()) return s;
+  *c = compute_of(p, path == Path::kToken ? Path::kChunked : path);
+  return Status::Ok();
+}
+
+const char* compute_name(int32_t c) {
+  switch (static_cast<Compute>(c)) {
+    case Compute::kSixteen: return "chunked16";
+    case Compute::kSplit: return "split";
+    case Compute::kFloat32: return "float32";
+  }
+  return "unknown";
+}
+
+// The backward refuses a saved buffer another problem (or another compute form) wrote. That
+// needs its header on the host: one 128-byte read, which waits for the stream. A stream that is
+// capturing a graph cannot wait: there the header is not checked (the graph's shapes are fixed).
+Status check_saved_header(const detail::Problem& p, Compute compute, const void* saved, cudaStream_t st) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(st, &cs);
+  if (e != cudaSuccess) return cuda_error("cudaStreamIsCapturing", e);
+  if (cs != cudaStreamCaptureStatusNone) return Status::Ok();
+  SavedHeader got{};
+  if ((e = cudaMemcpyAsync(&got, saved, sizeof got, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
+      (e = cudaStreamSynchronize(st)) != cudaSuccess)
+    return cuda_error("reading the saved buffer's header", e);
+  const SavedHeader want = saved_header(p, compute);
+  if (std::memcmp(&got, &want, sizeof want) == 0) return Status::Ok();
+  SavedHeader same = got;
+  same.compute = want.compute;
+  if (std::memcmp(&same, &want, sizeof want) == 0)
+    return Status::Invalid(std::string("saved was written for the ") + compute_name(got.compute) +
+                           " backward form, this backward runs the " + compute_name(want.compute) +
+                           " form (LINATTN_CUDA_BWD or set_backward_mode changed between forward and backward)");
+  return Status::Invalid("saved was not written by a CUDA forward of this problem (family, dtype, sizes, "
+                         "sequences, input transforms, scale or state layout differ)");
+}
 
 }  // namespace
 }  // namespace bwd
@@ -599,50 +895,45 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   using namespace bwd;
   Status s = supported(p);
   if (!s.ok()) return s;
+  const ForwardInputs& f = in.fwd;
+  s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
+                     {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias}, {"initial_state", &f.initial_state},
+                     {"d_o", &in.d_o}, {"dht", &in.dht}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv},
+                     {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
+                     {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
+  if (!s.ok()) return s;
   Path path = Path::kChunked;
   s = choose_path(p, &path);
   if (!s.ok()) return s;
   const bool token = path == Path::kToken;
-  const std::size_t need = workspace_of(p, path);
+  const bool from_saved = !token && in.saved.present();
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute_of(p, path), from_saved).total;
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
   DeviceGuard device;
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  if (from_saved) {
+    if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
+      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+    const Compute c = compute_of(p, path);
+    const std::size_t have = static_cast<std::size_t>(in.saved.numel()), want = SavedLayout(p, c).total;
+    if (have < kSavedHeaderBytes)
+      return Status::Invalid("saved has " + std::to_string(have) + " bytes, needs " + std::to_string(want) +
+                             " (see saved_bytes)");
+    if (Status hs = check_saved_header(p, c, in.saved.data, st); !hs.ok()) return hs;
+    if (have < want)
+      return Status::Invalid("saved has " + std::to_string(have) + " bytes, needs " + std::to_string(want) +
+                             " (see saved_bytes)");
+  }
   cudaError_t e = cudaSuccess;
 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
   const int64_t tokens = p.B * p.T;
-  const ForwardInputs& f = in.fwd;
-
-  // Chunk and sequence maps, built on the device (no host copy: no stream sync, graph-capturable).
   static_assert(sizeof(SeqInfo) == sizeof(kern::SeqInfo), "bwd::SeqInfo mirrors kern::SeqInfo");
-  auto build_maps = [&](std::size_t seqs_off, std::size_t chunks_off) -> cudaError_t {
-    kern::MapParams mp{};
-    mp.cu = p.varlen ? f.cu_seqlens.data : nullptr;
-    mp.cu_int64 = p.varlen && f.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
-    mp.N = static_cast<int>(p.N);
-    mp.T = static_cast<int>(p.T);
-    mp.num_chunks = static_cast<int>(p.num_chunks);  // bounds the sequence map too (see chunk_map.cu)
-    mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + seqs_off);
-    mp.chunks = chunks_off == kNoChunkMap ? nullptr : reinterpret_cast<kern::ChunkInfo*>(base + chunks_off);
-    return kern::launch_chunk_maps(mp, st);
-  };
 
-  GateArgs ga{};
-  switch (p.gate_tf.kind) {
-    case detail::GateTransform::Kind::kIdentity: ga.kind = 0; break;
-    case detail::GateTransform::Kind::kSoftplus: ga.kind = 1; break;
-    case detail::GateTransform::Kind::kLowerBound: ga.kind = 2; break;
-  }
-  ga.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
-  ga.has_alog = p.has_A_log ? 1 : 0;
-  ga.has_dtb = p.has_dt_bias ? 1 : 0;
-  ga.A_log = p.has_A_log ? f.A_log.data : nullptr;
-  ga.alog_dt = p.has_A_log ? dtype_code(f.A_log.dtype) : 2;
-  ga.dt_bias = p.has_dt_bias ? f.dt_bias.data : nullptr;
-  ga.dtb_dt = p.has_dt_bias ? dtype_code(f.dt_bias.dtype) : 2;
-  const int beta_mode = p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_of(p);
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
 
   // What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
@@ -654,7 +945,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     const Plan pl(p);
     NS = pl.NS;
     KG = pl.KG;
-    if ((e = build_maps(pl.seqs, kNoChunkMap)) != cudaSuccess) return cuda_error("sequence map launch", e);
+    if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
     float* qn = reinterpret_cast<float*>(base + pl.qn);
     float* kn = reinterpret_cast<float*>(base + pl.kn);
     float* ev = reinterpret_cast<float*>(base + pl.e);
@@ -712,11 +1003,48 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     draw = reinterpret_cast<float*>(base + pl.draw);
     da = reinterpret_cast<float*>(base + pl.da);
   } else {
-    const ChunkPlan pl(p, compute_of(p, path));
+    const Compute compute = compute_of(p, path);
+    const ChunkPlan pl(p, compute, from_saved);
     KG = pl.KG;
-    if ((e = build_maps(pl.seqs, pl.chunks)) != cudaSuccess) return cuda_error("chunk map launch", e);
+    if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+      return cuda_error("chunk map launch", e);
     const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
     const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
+    // The front half's buffers: in the workspace, or the saved buffer's (read-only).
+    FrontBufs fb;
+    fb.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
+    fb.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
+    if (from_saved) {
+      const SavedLayout sl(p, compute);
+      unsigned char* sv = static_cast<unsigned char*>(in.saved.data);
+      fb.W = sv + sl.W;
+      fb.Qg = sv + sl.Qg;
+      fb.KgT = sv + sl.KgT;
+      fb.Aqk = sv + sl.Aqk;
+      fb.Ainv = sv + sl.Ainv;
+      fb.gexp = reinterpret_cast<float*>(sv + sl.gexp);
+      fb.h = reinterpret_cast<float*>(sv + sl.h);
+      fb.vnew = sv + sl.vnew;
+      if (pl.split) {
+        fb.KgT_lo = sv + sl.KgT_lo;
+        fb.vnew_lo = sv + sl.vnew_lo;
+      }
+    } else {
+      fb.W = base + pl.W;
+      fb.U = base + pl.U;
+      fb.Qg = base + pl.Qg;
+      fb.KgT = base + pl.KgT;
+      fb.Aqk = base + pl.Aqk;
+      fb.Ainv = base + pl.Ainv;
+      fb.gexp = reinterpret_cast<float*>(base + pl.gexp);
+      fb.h = reinterpret_cast<float*>(base + pl.h);
+      fb.vnew = base + pl.vnew;
+      if (pl.split) {
+        fb.U_lo = base + pl.U_lo;
+        fb.KgT_lo = base + pl.KgT_lo;
+        fb.vnew_lo = base + pl.vnew_lo;  // over U_lo
+      }
+    }
     // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
     // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
     // the caller's dtype.
@@ -750,128 +1078,35 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
         for (cudaEvent_t e : *evs) cudaEventDestroy(e);
       }
     } prof_print{&evs, &stage};
-    mark(pl.widen && tokens > 0 ? "widen" : "prep");
+    mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
     if (pl.widen && tokens > 0) {
-      WidenArgs wa{};
       const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
-      const std::size_t dst[4] = {pl.q32, pl.k32, pl.v32, pl.dO32};
+      float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
+                       reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
       const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
-      int64_t most = 0;
-      for (int i = 0; i < 4; ++i) {
-        wa.src[i] = src[i];
-        wa.dst[i] = reinterpret_cast<float*>(base + dst[i]);
-        wa.n[i] = n[i];
-        most = std::max(most, n[i]);
-      }
-      wa.dt = dt;
-      const unsigned bx = static_cast<unsigned>(std::min<int64_t>((most + 8 * 256 - 1) / (8 * 256), 4096));
-      widen_kernel<<<dim3(bx, 4), 256, 0, st>>>(wa);
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("widen launch", e);
-      q_in = wa.dst[0];
-      k_in = wa.dst[1];
-      v_in = wa.dst[2];
-      do_in = wa.dst[3];
-      mark("prep");
+      if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
+      q_in = dst[0];
+      k_in = dst[1];
+      v_in = dst[2];
+      do_in = dst[3];
+      mark(from_saved ? "pass1" : "prep+state");
     }
-    const auto* chunk_map = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
-    const auto* seq_map = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
     constexpr std::size_t kMaxSmem = 227 * 1024;
-    if (p.num_chunks > 0) {
-      // ---- recompute the forward's chunk intermediates, plus M⁻¹
-      kern::PrepParams pp{};
-      pp.q = q_in;
-      pp.k = k_in;
-      pp.v = v_in;
-      pp.g = f.g.data;
-      pp.g_dt = dtype_code(f.g.dtype);
-      pp.beta = f.beta.data;
-      pp.beta_dt = dtype_code(f.beta.dtype);
-      pp.A_log = ga.A_log;
-      pp.alog_dt = ga.alog_dt;
-      pp.dt_bias = ga.dt_bias;
-      pp.dtb_dt = ga.dtb_dt;
-      pp.chunks = chunk_map;
-      pp.num_chunks = static_cast<int>(p.num_chunks);
-      pp.H = static_cast<int>(p.H);
-      pp.HV = static_cast<int>(p.HV);
-      pp.G = static_cast<int>(p.G);
-      pp.K = K;
-      pp.V = V;
-      pp.scale = static_cast<float>(p.scale);
-      pp.l2norm = l2;
-      pp.beta_mode = beta_mode;
-      pp.gate_kind = ga.kind;
-      pp.lower_bound = ga.lower_bound;
-      pp.has_alog = ga.has_alog;
-      pp.has_dtb = ga.has_dtb;
-      std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
-      pp.q_in_smem = 1;
-      if (smem > 200 * 1024) {
-        smem = kern::prep_smem_bytes(cdt, K, false);
-        pp.q_in_smem = 0;
-      }
-      pp.W = base + pl.W;
-      pp.U = base + pl.U;
-      pp.Qg = base + pl.Qg;
-      pp.KgT = base + pl.KgT;
-      pp.Aqk = base + pl.Aqk;
-      pp.gexp = reinterpret_cast<float*>(base + pl.gexp);
-      pp.Ainv = base + pl.Ainv;
-      if (pl.split) {
-        pp.U_lo = base + pl.U_lo;
-        pp.KgT_lo = base + pl.KgT_lo;
-      }
-      e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem), st)
-                                   : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem), st);
-      if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward)", e);
-      mark("state");
-
-      // ---- chunk-start states h (float32) and V_new; no output
-      kern::StateParams sp{};
-      sp.W = base + pl.W;
-      sp.U = base + pl.U;
-      sp.Qg = base + pl.Qg;
-      sp.KgT = base + pl.KgT;
-      sp.Aqk = base + pl.Aqk;
-      sp.gexp = reinterpret_cast<const float*>(base + pl.gexp);
-      sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
-      sp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
-      sp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
-      sp.ht = nullptr;
-      sp.ht_dt = 2;
-      sp.h = base + pl.h;
-      sp.h_dt = 2;
-      sp.o = nullptr;
-      sp.vnew = base + pl.vnew;
-      sp.N = static_cast<int>(p.N);
-      sp.HV = static_cast<int>(p.HV);
-      sp.K = K;
-      sp.V = V;
-      sp.v_first = p.opt.state_v_first ? 1 : 0;
-      int stages = 2;
-      smem = kern::state_smem_bytes(cdt, K, 2);
-      if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(cdt, K, 1); }
-      if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(cdt, K, 0); }
-      sp.stages = stages;
-      if (pl.split) {
-        if (stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
-        sp.U_lo = base + pl.U_lo;
-        sp.vnew_lo = base + pl.U_lo;  // each element is read (U_lo) before it is written, same thread
-      }
-      e = kern::launch_state(cdt, sp, static_cast<int>(smem), st);
-      if (e != cudaSuccess) return cuda_error("chunk_state launch (backward)", e);
+    if (!from_saved) {
+      // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
+      if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
       mark("pass1");
     }
     if (p.N > 0) {
       // ---- pass 1: dh, dN (sequential over chunks), dh0
       DhParams dp{};
-      dp.Aqk = base + pl.Aqk;
-      dp.KgT = base + pl.KgT;
-      dp.Qg = base + pl.Qg;
-      dp.W = base + pl.W;
-      dp.gexp = reinterpret_cast<const float*>(base + pl.gexp);
+      dp.Aqk = fb.Aqk;
+      dp.KgT = fb.KgT;
+      dp.Qg = fb.Qg;
+      dp.W = fb.W;
+      dp.gexp = fb.gexp;
       dp.d_o = do_in;
-      dp.seqs = seq_map;
+      dp.seqs = reinterpret_cast<const SeqInfo*>(fb.seqs);
       dp.dht = in.dht.present() ? in.dht.data : nullptr;
       dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
       dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
@@ -890,7 +1125,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       if (stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
       dp.stages = stages;
       if (pl.split) {
-        dp.KgT_lo = base + pl.KgT_lo;
+        dp.KgT_lo = fb.KgT_lo;
         dp.dN_lo = base + pl.dN_lo;
       }
       if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
@@ -899,7 +1134,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     if (p.num_chunks > 0) {
       // ---- pass 2: chunk-parallel gradients
       WyParams wp{};
-      wp.chunks = chunk_map;
+      wp.chunks = fb.chunks;
       wp.q = q_in;
       wp.k = k_in;
       wp.v = v_in;
@@ -917,13 +1152,13 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       wp.gate.alog_dt = ga.alog_dt;
       wp.gate.dt_bias = ga.dt_bias;
       wp.gate.dtb_dt = ga.dtb_dt;
-      wp.Ainv = base + pl.Ainv;
-      wp.vnew = base + pl.vnew;
-      wp.h = reinterpret_cast<const float*>(base + pl.h);
+      wp.Ainv = fb.Ainv;
+      wp.vnew = fb.vnew;
+      wp.h = fb.h;
       wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
       wp.dh = reinterpret_cast<const float*>(base + pl.dh);
       wp.dN = base + pl.dN;
-      wp.dY = base + pl.U;  // U is dead after chunk_state
+      wp.dY = base + pl.dY;
       wp.dv = out.dv.data;
       wp.dv_dt = dt;
       wp.pq = reinterpret_cast<float*>(base + pl.pq);
@@ -941,7 +1176,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       if (pl.split) {
         wp.dN_lo = base + pl.dN_lo;
         wp.dY_lo = base + pl.dY_lo;
-        wp.vnew_lo = base + pl.U_lo;  // V_new's low half, over U_lo (chunk_state)
+        wp.vnew_lo = fb.vnew_lo;
       }
       if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
       mark("end");
@@ -950,30 +1185,24 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     pk = reinterpret_cast<float*>(base + pl.pk);
     pg = reinterpret_cast<float*>(base + pl.pg);
     pb = reinterpret_cast<float*>(base + pl.pb);
-    draw = reinterpret_cast<float*>(base + pl.h);  // h and dh are dead after pass 2 (pq .. pb are not)
-    da = reinterpret_cast<float*>(base + pl.dh);
+    draw = reinterpret_cast<float*>(base + pl.draw);
+    da = reinterpret_cast<float*>(base + pl.da);
   }
 
   // ---- finish: sums over the GVA group (and V splits), transforms backwards, column sums
   if (tokens > 0) {
     const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
     const int K = static_cast<int>(p.K);
-    auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
-    const bool vec = (K == 64 || K == 128 || K == 256) && aligned(f.q.data) && aligned(f.k.data) &&
-                     aligned(out.dq.data) && aligned(out.dk.data);
     const unsigned nb = blocks_for(tokens * p.H);
-    auto vec_launch = [&](auto tag) {
+    auto launch = [&](auto tag) {  // q, k, dq, dk are 16-byte aligned (check_aligned above)
       using T = decltype(tag);
-      finish_qk_vec_kernel<T><<<nb, 256, 0, st>>>(pq, pk, static_cast<const T*>(f.q.data),
-                                                   static_cast<const T*>(f.k.data), static_cast<T*>(out.dq.data),
-                                                   static_cast<T*>(out.dk.data), tokens, H, G, HV, K, NS, l2);
+      finish_qk_kernel<T><<<nb, 256, 0, st>>>(pq, pk, static_cast<const T*>(f.q.data), static_cast<const T*>(f.k.data),
+                                              static_cast<T*>(out.dq.data), static_cast<T*>(out.dk.data), tokens, H,
+                                              G, HV, K, NS, l2);
     };
-    if (vec && dt == 0) vec_launch(__half{});
-    else if (vec && dt == 1) vec_launch(__nv_bfloat16{});
-    else if (vec && dt == 2) vec_launch(float{});
-    else
-      finish_qk_kernel<<<nb, 256, 0, st>>>(pq, pk, f.q.data, f.k.data, out.dq.data, out.dk.data, dt, tokens, H, G,
-                                           HV, K, NS, l2);
+    if (dt == 0) launch(__half{});
+    else if (dt == 1) launch(__nv_bfloat16{});
+    else launch(float{});
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_qk launch", e);
   }
 
@@ -1014,6 +1243,102 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
                                                   dtype_code(out.dA_log.dtype));
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
   }
+  return Status::Ok();
+}
+
+
+std::size_t saved_kda_gdn_bytes(const detail::Problem& p) {
+  bwd::Compute c{};
+  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
+  return bwd::SavedLayout(p, c).total;
+}
+
+std::size_t forward_saved_workspace_bytes(const detail::Problem& p) {
+  bwd::Compute c{};
+  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
+  return bwd::SavedForwardPlan(p, c).total;
+}
+
+Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
+                             Workspace ws, cudaStream_t st) {
+  using namespace bwd;
+  Status s = supported(p);
+  if (!s.ok()) return s;
+  Compute compute{};
+  if (!(s = saved_compute(p, &compute)).ok()) return s;
+  const SavedLayout sl(p, compute);
+  const SavedForwardPlan pl(p, compute);
+  if (static_cast<std::size_t>(out.saved.numel()) < sl.total)
+    return Status::Invalid("saved has " + std::to_string(out.saved.numel()) + " bytes, needs " +
+                           std::to_string(sl.total) + " (see saved_bytes)");
+  if (reinterpret_cast<std::uintptr_t>(out.saved.data) % kAlign != 0)
+    return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+  if (ws.bytes < pl.total || (pl.total > 0 && ws.data == nullptr))
+    return {StatusCode::kWorkspaceTooSmall,
+            "CUDA forward with a saved buffer: workspace too small (query forward_workspace_size with "
+            "Options::disable_recompute set)"};
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  cudaError_t e = cudaSuccess;
+  const ComputeForm cf(p, compute);
+  const int dt = dtype_code(p.dtype);
+  const int cdt = cf.f32 ? 2 : dt;
+  const int64_t tokens = p.B * p.T;
+  unsigned char* base = static_cast<unsigned char*>(ws.data);
+  unsigned char* sv = static_cast<unsigned char*>(out.saved.data);
+
+  if ((e = build_maps(p, in, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+    return cuda_error("chunk map launch", e);
+  const void* q_in = in.q.data;
+  const void* k_in = in.k.data;
+  const void* v_in = in.v.data;
+  if (cf.widen && tokens > 0) {
+    const void* src[4] = {in.q.data, in.k.data, in.v.data, nullptr};
+    float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
+                     reinterpret_cast<float*>(base + pl.v32), nullptr};
+    const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, 0};
+    if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
+    q_in = dst[0];
+    k_in = dst[1];
+    v_in = dst[2];
+  }
+  FrontBufs fb;
+  fb.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
+  fb.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
+  fb.W = sv + sl.W;
+  fb.U = sv + sl.vnew;  // V_new is written over U (read first, same thread)
+  fb.Qg = sv + sl.Qg;
+  fb.KgT = sv + sl.KgT;
+  fb.Aqk = sv + sl.Aqk;
+  fb.Ainv = sv + sl.Ainv;
+  fb.gexp = reinterpret_cast<float*>(sv + sl.gexp);
+  fb.h = reinterpret_cast<float*>(sv + sl.h);
+  fb.vnew = sv + sl.vnew;
+  if (cf.split) {
+    fb.U_lo = sv + sl.vnew_lo;  // likewise
+    fb.KgT_lo = sv + sl.KgT_lo;
+    fb.vnew_lo = sv + sl.vnew_lo;
+  }
+  FrontOutputs fo;
+  fo.ht = out.final_state.present() ? out.final_state.data : nullptr;
+  fo.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
+  fo.o = out.o.data;
+  fo.o_dt = dt;
+  fo.hs = base + pl.hs;
+  if (Status fs = run_front(p, in, cdt, cf.split, q_in, k_in, v_in, fb, fo, st); !fs.ok()) return fs;
+  if (out.h.present() && p.num_chunks > 0) {  // return_intermediate_states: the saved float32 states
+    const int64_t n = p.num_chunks * p.HV * p.K * p.V;
+    if (out.h.dtype == DType::kFloat32) {
+      e = cudaMemcpyAsync(out.h.data, fb.h, static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, st);
+    } else {
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+      widen_states_kernel<<<blocks, 256, 0, st>>>(fb.h, static_cast<double*>(out.h.data), n);
+      e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) return cuda_error("copying h", e);
+  }
+  write_saved_header_kernel<<<1, 128, 0, st>>>(saved_header(p, compute), sv);
+  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("saved header launch", e);
   return Status::Ok();
 }
 

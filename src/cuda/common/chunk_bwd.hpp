@@ -49,10 +49,26 @@ void set_token_backward(int mode);
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p);
 
 // Gradients of a KDA or GDN forward: dq, dk, dv and the optional dg, dbeta, dA_log, ddt_bias,
-// dh0. Deterministic (no atomics; fixed-order reductions). in.saved is not used (saved_bytes is
-// 0 on CUDA). Returns kNotSupported for shapes it does not handle (K or V outside {64, 128, 256},
-// float64 q/k/v), kInvalidArgument for an unknown LINATTN_CUDA_BWD.
+// dh0. Deterministic (no atomics; fixed-order reductions). With in.saved (a buffer
+// forward_saved_kda_gdn filled) the chunked path reads the forward's intermediates instead of
+// recomputing them, bitwise the same gradients; its header is checked first (one small read that
+// waits for the stream, skipped while the stream captures a graph). The token replay ignores
+// saved. Returns kNotSupported for shapes it does not handle (K or V outside {64, 128, 256},
+// float64 q/k/v), kInvalidArgument for an unknown LINATTN_CUDA_BWD or a saved buffer written for
+// another problem or backward form.
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
                         Workspace ws, cudaStream_t stream);
+
+// disable_recompute. Bytes of the saved buffer (0 when unsupported), and of the workspace of a
+// forward that fills one. Both depend on the backward form the current setting selects (the
+// saved buffer is in its compute type), as the backward's workspace does.
+std::size_t saved_kda_gdn_bytes(const detail::Problem& p);
+std::size_t forward_saved_workspace_bytes(const detail::Problem& p);
+// The forward of a KDA or GDN problem that also fills out.saved: the backward's front half
+// (chunk_prep in its backward form, the state pass keeping h and V_new) with O from the
+// chunk-start states, then the header. o equals the default forward's within rounding (not
+// bitwise: O is formed from the backward form's operands).
+Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
+                             Workspace ws, cudaStream_t stream);
 
 }  // namespace linattn::cuda

@@ -86,6 +86,9 @@ struct StateParams {
   void* h;
   int h_dt;
   void* o;  // null: O is not computed (the backward's recompute)
+  // O's dtype code when the compute type is float32 and O is 16-bit (the output kernel only, below);
+  // -1: the compute type.
+  int o_dt = -1;
   int N, HV, K, V;
   int v_first;
   int stages;  // 0: operands read from global memory, 1: staged, 2: double-buffered

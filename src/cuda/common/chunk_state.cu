@@ -326,6 +326,19 @@ __global__ void __launch_bounds__(kOutThreads) chunk_out_kernel(const StateParam
     store2<T>(Os + (g + 8) * Lay::ldq + col, acc[0][ni][2], acc[0][ni][3]);
   }
   __syncwarp();
+  if constexpr (!kIs16<T>) {
+    if (p.o_dt == 0 || p.o_dt == 1) {  // float32 compute, 16-bit O: two columns a lane and step
+      for (int e = lane; e < 16 * kVO / 2; e += 32) {
+        const int r = e / (kVO / 2), col = 2 * (e % (kVO / 2));
+        if (m0 + r >= ci.len) continue;
+        const int64_t at = (static_cast<int64_t>(ci.t0 + m0 + r) * HV + hv) * V + v0 + col;
+        const float x0 = Os[r * Lay::ldq + col], x1 = Os[r * Lay::ldq + col + 1];
+        if (p.o_dt == 1) store2<__nv_bfloat16>(static_cast<__nv_bfloat16*>(p.o) + at, x0, x1);
+        else store2<__half>(static_cast<__half*>(p.o) + at, x0, x1);
+      }
+      return;
+    }
+  }
   constexpr int per = 16 / sizeof(T), ppr = kVO / per;
   T* og = static_cast<T*>(p.o);
 #pragma unroll

@@ -2,7 +2,10 @@
 // the kernels' dtype codes, CUDA errors as Status, and switching to the tensors' device for a call.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -22,6 +25,18 @@ inline int dtype_code(DType d) {
 
 inline Status cuda_error(const char* what, cudaError_t e) {
   return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
+}
+
+// The kernels move tensors in 16-byte pieces (uint4 / cp.async): every tensor they touch must
+// start 16-byte aligned. Allocations are (cudaMalloc: 256 bytes); a view at an odd element offset
+// is not, and is refused here rather than faulting in a kernel.
+inline Status check_aligned(std::initializer_list<std::pair<const char*, const TensorView*>> ts) {
+  for (const auto& [name, t] : ts) {
+    if (t->present() && t->numel() > 0 && reinterpret_cast<std::uintptr_t>(t->data) % 16 != 0)
+      return Status::Unsupported(std::string("the CUDA kernels need 16-byte aligned tensors; ") + name +
+                                 " starts at a misaligned address (a view at an element offset?)");
+  }
+  return Status::Ok();
 }
 
 // Makes `device` current for the guard's lifetime and restores the caller's device after.

@@ -262,6 +262,10 @@ def _setup_context(ctx, inputs, output):
     # h (return_intermediate_states) has no backward, and the saved buffer is internal: mark
     # them so that using them in a loss raises instead of silently contributing no gradient.
     ctx.mark_non_differentiable(output[2], output[3])
+    # Gradients of unused outputs arrive as None rather than materialised zeros: a zero tensor
+    # the size of the saved buffer (1.4 GiB at 2x8192x32x128) would otherwise be allocated for
+    # the non-differentiable output in every backward.
+    ctx.set_materialize_grads(False)
     ctx.family = family
     ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first)
     ctx.output_final_state = output_final_state

@@ -83,8 +83,8 @@ def chunk_gated_delta_rule(
             with ``A_log: [HV]`` and optional ``dt_bias: [HV]``; gradients are returned for the
             raw ``g``, ``A_log`` and ``dt_bias``.
         chunk_size: only 64.
-        disable_recompute: keep forward intermediates for a faster backward (CPU tensors;
-            the CUDA backend recomputes either way, with the same results).
+        disable_recompute: keep forward intermediates for a faster backward (bitwise the
+            same gradients; a slower forward and more memory held until the backward).
         return_intermediate_states: also return the float32 chunk-boundary states ``h``
             ``[B, ceil(T / 64), HV, K, V]`` (inference only; no gradient).
 

@@ -1,6 +1,8 @@
 // The chunked (WY-form) backward of KDA / GDN on tensor cores: pass 1 (sequential dS / dV_new)
 // and pass 2 (chunk-parallel dq, dk, dv, dβ, dγ). docs/chunked_backward.md derives every formula;
 // src/cpu/common/chunk_bwd.cpp is the float64-tested CPU twin. Design notes in chunk_bwd.cuh.
+#include <type_traits>
+
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
@@ -25,32 +27,6 @@ template <class T>
 constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
 
 // ---------------------------------------------------------------- tensor-core helpers
-// float loaders (3xTF32 path) for k-major A and k-major B
-template <class T>
-struct AKOp {  // A(m, k) = p[k * ld + m]
-  const T* p;
-  int ld;
-  __device__ __forceinline__ float at(int m, int k) const { return to_f(p[static_cast<int64_t>(k) * ld + m]); }
-};
-template <class T>
-struct BKOp {  // B(k, n) = p[k * ld + n]
-  const T* p;
-  int ld;
-  __device__ __forceinline__ float at(int k, int n) const { return to_f(p[static_cast<int64_t>(k) * ld + n]); }
-};
-template <class T>
-struct ARowOp {  // A(m, k) = p[m * ld + k]
-  const T* p;
-  int ld;
-  __device__ __forceinline__ float at(int m, int k) const { return to_f(p[static_cast<int64_t>(m) * ld + k]); }
-};
-template <class T>
-struct BNOp {  // B(k, n) = p[n * ld + k]
-  const T* p;
-  int ld;
-  __device__ __forceinline__ float at(int k, int n) const { return to_f(p[static_cast<int64_t>(n) * ld + k]); }
-};
-
 // acc[MI][NI] += A[m0 .., k0 : k1] * B[k0 : k1, n0 ..]. A is k-major when AK (A(m, k) at
 // pa[k * lda + m]) else row-major; B is k-major when BK (B(k, n) at pb[k * ldb + n]) else n-major.
 // 16-bit: ldmatrix from shared memory (16-byte aligned rows, offsets multiples of 8, NI even,
@@ -61,13 +37,11 @@ __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int
   if constexpr (kIs16<T>) {
     kern::warp_mma_sm<T, MI, NI, AK, BK>(acc, pa, lda, pb, ldb, m0, n0, k0, k1);
   } else {
-    if constexpr (AK) {
-      if constexpr (BK) kern::warp_mma<T, MI, NI>(acc, AKOp<T>{pa, lda}, BKOp<T>{pb, ldb}, m0, n0, k0, k1);
-      else kern::warp_mma<T, MI, NI>(acc, AKOp<T>{pa, lda}, BNOp<T>{pb, ldb}, m0, n0, k0, k1);
-    } else {
-      if constexpr (BK) kern::warp_mma<T, MI, NI>(acc, ARowOp<T>{pa, lda}, BKOp<T>{pb, ldb}, m0, n0, k0, k1);
-      else kern::warp_mma<T, MI, NI>(acc, ARowOp<T>{pa, lda}, BNOp<T>{pb, ldb}, m0, n0, k0, k1);
-    }
+    // a k-major A(m, k) = p[k * ld + m] reads like an n-major B (ColOp), a k-major B like a
+    // row-major A (RowOp)
+    using AOp = std::conditional_t<AK, kern::ColOp<T>, kern::RowOp<T>>;
+    using BOp = std::conditional_t<BK, kern::RowOp<T>, kern::ColOp<T>>;
+    kern::warp_mma<T, MI, NI>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
   }
 }
 

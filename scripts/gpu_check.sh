@@ -2,7 +2,11 @@
 # On the GPU machine: build with CUDA, run the GPU test suite, compute-sanitizer (memcheck and
 # racecheck) on the small cases, build the Python package with CUDA and run its tests (against
 # FLA too when third_party_ref/fla is carried). Logs go to $OUT (or ./gpu-logs).
+#   --bench  also the split backward's stage times at the reference shape (B=2, T=8192, H=32,
+#            K=V=128, bf16, logsigmoid gate), KDA and GDN (CudaBackwardBench)
 set -uo pipefail
+bench=0
+[ "${1:-}" = "--bench" ] && bench=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/gpu-logs}
@@ -21,12 +25,22 @@ grep -q "FAILED" "$out/cuda_tests.log" && status=1
 step "memcheck (small cases)"
 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
   >"$out/memcheck.log" 2>&1; rc=$?; tail -3 "$out/memcheck.log"; [ $rc -eq 0 ] || status=1
-# racecheck: the forward's small cases and three backward ones (all backward small cases take
-# over 3 minutes under racecheck; every kernel of the backward runs in these three)
+# racecheck: the forward's small cases and four backward ones (all backward small cases take
+# over 3 minutes under racecheck; every kernel of the backward, and the disable_recompute
+# forward's state pass + output kernel, run in these four)
 step "racecheck (small cases)"
 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests \
-  --gtest_filter='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay' \
+  --gtest_filter='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute' \
   >"$out/racecheck.log" 2>&1; rc=$?; tail -3 "$out/racecheck.log"; [ $rc -eq 0 ] || status=1
+if [ $bench = 1 ]; then
+  step "backward bench (reference shape)"
+  for fam in gdn kda; do
+    LINATTN_BENCH_FAMILY=$fam LINATTN_BENCH_GATE=logsigmoid LINATTN_BENCH_ONLY=split LINATTN_BWD_PROFILE=1 \
+      timeout 90 ./build-gpu/linattn_cuda_tests --gtest_also_run_disabled_tests \
+      --gtest_filter=CudaBackwardBench.KdaReferenceShape >"$out/bench_$fam.log" 2>&1
+    grep -E "bench\]" "$out/bench_$fam.log" | head -2; grep profile "$out/bench_$fam.log" | tail -4
+  done
+fi
 step "python package"
 python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
   -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \

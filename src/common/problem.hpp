@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/transforms.hpp"
@@ -62,6 +63,29 @@ struct Problem {
     return opt.state_v_first ? j * K + i : i * V + j;
   }
 };
+
+// FNV-1a hash of what a saved buffer's contents depend on beyond the sizes: the sequence offsets,
+// the input transforms, which optional inputs are given, and the scale. The CPU and CUDA saved
+// buffers' headers carry it, so that a backward refuses a buffer another problem's forward wrote.
+inline uint64_t saved_problem_hash(const Problem& p) {
+  uint64_t x = 1469598103934665603ull;
+  auto mix = [&x](uint64_t v) {
+    for (int i = 0; i < 8; ++i) x = (x ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  auto bits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  };
+  for (int64_t c : p.cu) mix(static_cast<uint64_t>(c));
+  mix(p.opt.use_qk_l2norm_in_kernel);
+  mix(static_cast<uint64_t>(p.gate_tf.kind));
+  mix(bits(p.gate_tf.lower_bound));
+  mix(p.beta_tf.sigmoid + 2 * p.beta_tf.neg_eigval);
+  mix(p.has_h0 + 2 * p.has_g + 4 * p.has_g_gamma + 8 * p.has_A_log + 16 * p.has_dt_bias);
+  mix(bits(p.scale));
+  return x;
+}
 
 // Validation (validate.cpp). On success fills *p; on failure returns a Status naming the
 // offending argument and rule, and leaves *p unspecified.

@@ -170,36 +170,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
 
   // ---- kernel 1: chunk-local preparation
   if (p.num_chunks > 0) {
-    kern::PrepParams pp{};
-    pp.q = in.q.data;
-    pp.k = in.k.data;
-    pp.v = in.v.data;
-    pp.g = in.g.data;
-    pp.g_dt = dtype_code(in.g.dtype);
-    pp.beta = in.beta.data;
-    pp.beta_dt = dtype_code(in.beta.dtype);
-    pp.A_log = p.has_A_log ? in.A_log.data : nullptr;
-    pp.alog_dt = p.has_A_log ? dtype_code(in.A_log.dtype) : 2;
-    pp.dt_bias = p.has_dt_bias ? in.dt_bias.data : nullptr;
-    pp.dtb_dt = p.has_dt_bias ? dtype_code(in.dt_bias.dtype) : 2;
+    kern::PrepParams pp = prep_params(p, in);
     pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
-    pp.num_chunks = static_cast<int>(p.num_chunks);
-    pp.H = static_cast<int>(p.H);
-    pp.HV = static_cast<int>(p.HV);
-    pp.G = static_cast<int>(p.G);
-    pp.K = static_cast<int>(p.K);
-    pp.V = static_cast<int>(p.V);
-    pp.scale = static_cast<float>(p.scale);
-    pp.l2norm = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
-    pp.beta_mode = p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0;
-    switch (p.gate_tf.kind) {
-      case detail::GateTransform::Kind::kIdentity: pp.gate_kind = 0; break;
-      case detail::GateTransform::Kind::kSoftplus: pp.gate_kind = 1; break;
-      case detail::GateTransform::Kind::kLowerBound: pp.gate_kind = 2; break;
-    }
-    pp.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
-    pp.has_alog = p.has_A_log ? 1 : 0;
-    pp.has_dtb = p.has_dt_bias ? 1 : 0;
     const bool vec_gate = p.family == Family::kKDA;
     std::size_t smem = kern::prep_smem_bytes(dt, pp.K, true, vec_gate);
     pp.q_in_smem = 1;

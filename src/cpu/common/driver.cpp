@@ -365,7 +365,7 @@ struct SavedHeader {
   char magic[8];
   int32_t family, f64;
   int64_t tokens, N, HV, K, V, num_chunks;
-  uint64_t layout;  // hash of the sequence offsets and the transform settings
+  uint64_t layout;  // detail::saved_problem_hash
 };
 static_assert(sizeof(SavedHeader) <= kSavedHeaderBytes, "saved header too large");
 
@@ -380,16 +380,7 @@ SavedHeader saved_header(const Problem& p) {
   h.K = p.K;
   h.V = p.V;
   h.num_chunks = p.num_chunks;
-  uint64_t x = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&x](uint64_t v) {
-    for (int i = 0; i < 8; ++i) x = (x ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  for (int64_t c : p.cu) mix(static_cast<uint64_t>(c));
-  mix(p.opt.use_qk_l2norm_in_kernel);
-  mix(static_cast<uint64_t>(p.gate_tf.kind));
-  mix(p.beta_tf.sigmoid + 2 * p.beta_tf.neg_eigval);
-  mix(p.has_h0 + 2 * p.has_g + 4 * p.has_g_gamma);
-  h.layout = x;
+  h.layout = saved_problem_hash(p);
   return h;
 }
 

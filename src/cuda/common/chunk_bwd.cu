@@ -397,7 +397,7 @@ struct SavedHeader {
   char magic[8];
   int32_t family, dtype, compute, v_first;
   int64_t tokens, N, H, HV, K, V, num_chunks;
-  uint64_t layout;  // hash of the sequence offsets, input transforms and scale
+  uint64_t layout;  // detail::saved_problem_hash
 };
 static_assert(sizeof(SavedHeader) <= 128, "written by one 128-thread block");
 
@@ -415,23 +415,7 @@ SavedHeader saved_header(const detail::Problem& p, Compute compute) {
   h.K = p.K;
   h.V = p.V;
   h.num_chunks = p.num_chunks;
-  uint64_t x = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&x](uint64_t v) {
-    for (int i = 0; i < 8; ++i) x = (x ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  auto bits = [](double d) {
-    uint64_t u;
-    std::memcpy(&u, &d, sizeof u);
-    return u;
-  };
-  for (int64_t c : p.cu) mix(static_cast<uint64_t>(c));
-  mix(p.opt.use_qk_l2norm_in_kernel);
-  mix(static_cast<uint64_t>(p.gate_tf.kind));
-  mix(bits(p.gate_tf.lower_bound));
-  mix(p.beta_tf.sigmoid + 2 * p.beta_tf.neg_eigval);
-  mix(p.has_g + 2 * p.has_A_log + 4 * p.has_dt_bias + 8 * p.has_h0);
-  mix(bits(p.scale));
-  h.layout = x;
+  h.layout = detail::saved_problem_hash(p);
   return h;
 }
 
@@ -446,28 +430,41 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
     dst[i] = src[i];
 }
 
-struct SavedLayout {
+// Byte offsets of the front half's buffers (chunk_prep's and the state pass's outputs) inside one
+// region: the backward's workspace, or a saved buffer. kNone: absent.
+struct FrontOffsets {
   static constexpr std::size_t kNone = ~std::size_t{0};
-  std::size_t W = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0, total = 0;
-  std::size_t KgT_lo = kNone, vnew_lo = kNone;  // split form only
+  std::size_t W = kNone, U = kNone, Qg = kNone, KgT = kNone, Aqk = kNone, Ainv = kNone, gexp = kNone, h = kNone,
+              vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
+};
+
+struct SavedLayout {
+  FrontOffsets front;  // U and its low half where V_new and its low half go (see front_bufs)
+  std::size_t total = 0;
   SavedLayout(const detail::Problem& p, Compute compute) {
     const ComputeForm cf(p, compute);
     const std::size_t es = cf.f32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
     const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
+    FrontOffsets& f = front;
     std::size_t o = kSavedHeaderBytes;
-    W = o; o = align_up(o + nb * kC * K * es);
-    Qg = o; o = align_up(o + nb * kC * K * es);
-    KgT = o; o = align_up(o + nb * kC * K * es);
-    Aqk = o; o = align_up(o + nb * kC * kC * es);
-    Ainv = o; o = align_up(o + nb * kC * kC * es);
-    gexp = o; o = align_up(o + nb * K * 4);
-    h = o; o = align_up(o + nb * K * V * 4);
-    vnew = o; o = align_up(o + nb * kC * V * es);
+    f.W = o; o = align_up(o + nb * kC * K * es);
+    f.Qg = o; o = align_up(o + nb * kC * K * es);
+    f.KgT = o; o = align_up(o + nb * kC * K * es);
+    f.Aqk = o; o = align_up(o + nb * kC * kC * es);
+    f.Ainv = o; o = align_up(o + nb * kC * kC * es);
+    f.gexp = o; o = align_up(o + nb * K * 4);
+    f.h = o; o = align_up(o + nb * K * V * 4);
+    f.vnew = o; o = align_up(o + nb * kC * V * es);
     if (cf.split) {
-      KgT_lo = o; o = align_up(o + nb * kC * K * es);
-      vnew_lo = o; o = align_up(o + nb * kC * V * es);
+      f.KgT_lo = o; o = align_up(o + nb * kC * K * es);
+      f.vnew_lo = o; o = align_up(o + nb * kC * V * es);
     }
+    // The forward's chunk_prep writes U and its low half where V_new and its low half go: the
+    // state pass reads each element before it overwrites it, same thread. The backward does not
+    // read U.
+    f.U = f.vnew;
+    f.U_lo = f.vnew_lo;
     total = o;
   }
 };
@@ -495,11 +492,13 @@ struct SavedLayout {
 //     beside the saved buffer's 1412 MiB.
 struct ChunkPlan {
   static constexpr std::size_t kNone = ~std::size_t{0};
-  std::size_t seqs = 0, chunks = 0, W = 0, U = 0, Qg = 0, KgT = 0, Aqk = 0, Ainv = 0, gexp = 0, h = 0, vnew = 0,
-              dh = 0, dN = 0, dY = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0, total = 0;
+  FrontOffsets front;  // in the workspace; all absent from_saved
+  std::size_t seqs = 0, chunks = 0, dh = 0, dN = 0, dY = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0,
+              total = 0;
   std::size_t q32 = kNone, k32 = kNone, v32 = kNone, dO32 = kNone;  // kNone: inputs read in place
-  // split (16-bit hi + lo halves): U_lo (then V_new's low half in its place), KgT_lo, dN_lo, dY_lo
-  std::size_t U_lo = kNone, KgT_lo = kNone, dN_lo = kNone, dY_lo = kNone, vnew_lo = kNone;
+  // split (16-bit hi + lo halves): dN_lo, dY_lo (and in front: U_lo, then V_new's low half in its
+  // place, and KgT_lo)
+  std::size_t dN_lo = kNone, dY_lo = kNone;
   bool f32 = false, widen = false, split = false, from_saved = false;
   int KG = 1;
   int64_t tokens = 0;
@@ -518,13 +517,14 @@ struct ChunkPlan {
     std::size_t o = 0;
     seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
+    FrontOffsets& f = front;
     const std::size_t reuse = o;
     if (!saved) {
-      W = o; o = align_up(o + nb * kC * K * es);
-      Qg = o; o = align_up(o + nb * kC * K * es);
-      KgT = o; o = align_up(o + nb * kC * K * es);
-      Aqk = o; o = align_up(o + nb * kC * kC * es);
-      if (split) { KgT_lo = o; o = align_up(o + nb * kC * K * es); }
+      f.W = o; o = align_up(o + nb * kC * K * es);
+      f.Qg = o; o = align_up(o + nb * kC * K * es);
+      f.KgT = o; o = align_up(o + nb * kC * K * es);
+      f.Aqk = o; o = align_up(o + nb * kC * kC * es);
+      if (split) { f.KgT_lo = o; o = align_up(o + nb * kC * K * es); }
     }
     std::size_t r = reuse;
     pq = r; r = align_up(r + T * p.HV * K * 4);
@@ -534,21 +534,21 @@ struct ChunkPlan {
     o = std::max(o, r);
     dY = o; o = align_up(o + nb * kC * V * es);
     if (!saved) {
-      U = dY;
-      Ainv = o; o = align_up(o + nb * kC * kC * es);
-      gexp = o; o = align_up(o + nb * K * 4);
-      h = o; o = align_up(o + nb * K * V * 4);
-      vnew = o; o = align_up(o + nb * kC * V * es);
+      f.U = dY;
+      f.Ainv = o; o = align_up(o + nb * kC * kC * es);
+      f.gexp = o; o = align_up(o + nb * K * 4);
+      f.h = o; o = align_up(o + nb * K * V * 4);
+      f.vnew = o; o = align_up(o + nb * kC * V * es);
     }
     dh = o; o = align_up(o + nb * K * V * 4);
     dN = o; o = align_up(o + nb * kC * V * es);
     if (split) {
-      if (!saved) { U_lo = o; o = align_up(o + nb * kC * V * es); vnew_lo = U_lo; }
+      if (!saved) { f.U_lo = o; o = align_up(o + nb * kC * V * es); f.vnew_lo = f.U_lo; }
       dN_lo = o; o = align_up(o + nb * kC * V * es);
       dY_lo = o; o = align_up(o + nb * kC * V * es);
     }
     // h and dh (dh and dN from saved) are dead after pass 2; pq .. pb are not
-    draw = saved ? dh : h;
+    draw = saved ? dh : f.h;
     da = saved ? dN : dh;
     if (widen) {
       q32 = o; o = align_up(o + T * p.H * K * 4);
@@ -666,11 +666,7 @@ unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8)
 
 GateArgs gate_args(const detail::Problem& p, const ForwardInputs& f) {
   GateArgs ga{};
-  switch (p.gate_tf.kind) {
-    case detail::GateTransform::Kind::kIdentity: ga.kind = 0; break;
-    case detail::GateTransform::Kind::kSoftplus: ga.kind = 1; break;
-    case detail::GateTransform::Kind::kLowerBound: ga.kind = 2; break;
-  }
+  ga.kind = gate_kind_code(p);
   ga.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
   ga.has_alog = p.has_A_log ? 1 : 0;
   ga.has_dtb = p.has_dt_bias ? 1 : 0;
@@ -680,7 +676,6 @@ GateArgs gate_args(const detail::Problem& p, const ForwardInputs& f) {
   ga.dtb_dt = p.has_dt_bias ? dtype_code(f.dt_bias.dtype) : 2;
   return ga;
 }
-int beta_mode_of(const detail::Problem& p) { return p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0; }
 
 cudaError_t build_maps(const detail::Problem& p, const ForwardInputs& f, unsigned char* seqs,
                        unsigned char* chunks, cudaStream_t st) {
@@ -722,6 +717,27 @@ struct FrontBufs {
   void* vnew = nullptr;
   void *U_lo = nullptr, *KgT_lo = nullptr, *vnew_lo = nullptr;  // split form
 };
+FrontBufs front_bufs(unsigned char* region, const FrontOffsets& o, const unsigned char* maps, std::size_t seqs,
+                     std::size_t chunks) {
+  auto at = [&](std::size_t off) -> void* { return off == FrontOffsets::kNone ? nullptr : region + off; };
+  FrontBufs b;
+  b.seqs = reinterpret_cast<const kern::SeqInfo*>(maps + seqs);
+  b.chunks = reinterpret_cast<const kern::ChunkInfo*>(maps + chunks);
+  b.W = at(o.W);
+  b.U = at(o.U);
+  b.Qg = at(o.Qg);
+  b.KgT = at(o.KgT);
+  b.Aqk = at(o.Aqk);
+  b.Ainv = at(o.Ainv);
+  b.gexp = static_cast<float*>(at(o.gexp));
+  b.h = static_cast<float*>(at(o.h));
+  b.vnew = at(o.vnew);
+  b.U_lo = at(o.U_lo);
+  b.KgT_lo = at(o.KgT_lo);
+  b.vnew_lo = at(o.vnew_lo);
+  return b;
+}
+
 // What a forward adds to the front half: the final state and O (through hs, the chunk-start
 // states in the compute type, and the chunk-parallel output kernel).
 struct FrontOutputs {
@@ -738,36 +754,14 @@ struct FrontOutputs {
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
                  const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st) {
   constexpr std::size_t kMaxSmem = 227 * 1024;
-  const GateArgs ga = gate_args(p, f);
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   if (p.num_chunks > 0) {
-    kern::PrepParams pp{};
-    pp.q = q_in;
+    kern::PrepParams pp = prep_params(p, f);
+    pp.q = q_in;  // the caller's tensors or their float32 copies
     pp.k = k_in;
     pp.v = v_in;
-    pp.g = f.g.data;
-    pp.g_dt = dtype_code(f.g.dtype);
-    pp.beta = f.beta.data;
-    pp.beta_dt = dtype_code(f.beta.dtype);
-    pp.A_log = ga.A_log;
-    pp.alog_dt = ga.alog_dt;
-    pp.dt_bias = ga.dt_bias;
-    pp.dtb_dt = ga.dtb_dt;
     pp.chunks = b.chunks;
-    pp.num_chunks = static_cast<int>(p.num_chunks);
-    pp.H = static_cast<int>(p.H);
-    pp.HV = static_cast<int>(p.HV);
-    pp.G = static_cast<int>(p.G);
-    pp.K = K;
-    pp.V = V;
-    pp.scale = static_cast<float>(p.scale);
-    pp.l2norm = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
-    pp.beta_mode = beta_mode_of(p);
-    pp.gate_kind = ga.kind;
-    pp.lower_bound = ga.lower_bound;
-    pp.has_alog = ga.has_alog;
-    pp.has_dtb = ga.has_dtb;
     std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
     pp.q_in_smem = 1;
     if (smem > 200 * 1024) {
@@ -933,7 +927,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   static_assert(sizeof(SeqInfo) == sizeof(kern::SeqInfo), "bwd::SeqInfo mirrors kern::SeqInfo");
 
   const GateArgs ga = gate_args(p, f);
-  const int beta_mode = beta_mode_of(p);
+  const int beta_mode = beta_mode_code(p);
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
 
   // What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
@@ -1011,40 +1005,9 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
     const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
     // The front half's buffers: in the workspace, or the saved buffer's (read-only).
-    FrontBufs fb;
-    fb.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
-    fb.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
-    if (from_saved) {
-      const SavedLayout sl(p, compute);
-      unsigned char* sv = static_cast<unsigned char*>(in.saved.data);
-      fb.W = sv + sl.W;
-      fb.Qg = sv + sl.Qg;
-      fb.KgT = sv + sl.KgT;
-      fb.Aqk = sv + sl.Aqk;
-      fb.Ainv = sv + sl.Ainv;
-      fb.gexp = reinterpret_cast<float*>(sv + sl.gexp);
-      fb.h = reinterpret_cast<float*>(sv + sl.h);
-      fb.vnew = sv + sl.vnew;
-      if (pl.split) {
-        fb.KgT_lo = sv + sl.KgT_lo;
-        fb.vnew_lo = sv + sl.vnew_lo;
-      }
-    } else {
-      fb.W = base + pl.W;
-      fb.U = base + pl.U;
-      fb.Qg = base + pl.Qg;
-      fb.KgT = base + pl.KgT;
-      fb.Aqk = base + pl.Aqk;
-      fb.Ainv = base + pl.Ainv;
-      fb.gexp = reinterpret_cast<float*>(base + pl.gexp);
-      fb.h = reinterpret_cast<float*>(base + pl.h);
-      fb.vnew = base + pl.vnew;
-      if (pl.split) {
-        fb.U_lo = base + pl.U_lo;
-        fb.KgT_lo = base + pl.KgT_lo;
-        fb.vnew_lo = base + pl.vnew_lo;  // over U_lo
-      }
-    }
+    const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
+                                                 base, pl.seqs, pl.chunks)
+                                    : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
     // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
     // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
     // the caller's dtype.
@@ -1302,23 +1265,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
     k_in = dst[1];
     v_in = dst[2];
   }
-  FrontBufs fb;
-  fb.seqs = reinterpret_cast<const kern::SeqInfo*>(base + pl.seqs);
-  fb.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + pl.chunks);
-  fb.W = sv + sl.W;
-  fb.U = sv + sl.vnew;  // V_new is written over U (read first, same thread)
-  fb.Qg = sv + sl.Qg;
-  fb.KgT = sv + sl.KgT;
-  fb.Aqk = sv + sl.Aqk;
-  fb.Ainv = sv + sl.Ainv;
-  fb.gexp = reinterpret_cast<float*>(sv + sl.gexp);
-  fb.h = reinterpret_cast<float*>(sv + sl.h);
-  fb.vnew = sv + sl.vnew;
-  if (cf.split) {
-    fb.U_lo = sv + sl.vnew_lo;  // likewise
-    fb.KgT_lo = sv + sl.KgT_lo;
-    fb.vnew_lo = sv + sl.vnew_lo;
-  }
+  const FrontBufs fb = front_bufs(sv, sl.front, base, pl.seqs, pl.chunks);
   FrontOutputs fo;
   fo.ht = out.final_state.present() ? out.final_state.data : nullptr;
   fo.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;

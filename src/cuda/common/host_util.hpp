@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common/problem.hpp"
+#include "cuda/common/chunk_fwd.hpp"
 #include "linattn/linattn.hpp"
 
 namespace linattn::cuda {
@@ -25,6 +27,48 @@ inline int dtype_code(DType d) {
 
 inline Status cuda_error(const char* what, cudaError_t e) {
   return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
+}
+
+// The in-kernel transforms as the kernels' codes: gate 0 identity, 1 softplus, 2 lower bound;
+// beta 0 identity, 1 sigmoid, 2 2·sigmoid.
+inline int gate_kind_code(const detail::Problem& p) {
+  switch (p.gate_tf.kind) {
+    case detail::GateTransform::Kind::kSoftplus: return 1;
+    case detail::GateTransform::Kind::kLowerBound: return 2;
+    default: return 0;
+  }
+}
+inline int beta_mode_code(const detail::Problem& p) { return p.beta_tf.sigmoid ? (p.beta_tf.neg_eigval ? 2 : 1) : 0; }
+
+// chunk_prep's inputs and settings for problem p, reading the caller's q, k, v; the caller adds
+// the chunk map, its outputs and the shared-memory choice (q_in_smem).
+inline kern::PrepParams prep_params(const detail::Problem& p, const ForwardInputs& in) {
+  kern::PrepParams pp{};
+  pp.q = in.q.data;
+  pp.k = in.k.data;
+  pp.v = in.v.data;
+  pp.g = in.g.data;
+  pp.g_dt = dtype_code(in.g.dtype);
+  pp.beta = in.beta.data;
+  pp.beta_dt = dtype_code(in.beta.dtype);
+  pp.A_log = p.has_A_log ? in.A_log.data : nullptr;
+  pp.alog_dt = p.has_A_log ? dtype_code(in.A_log.dtype) : 2;
+  pp.dt_bias = p.has_dt_bias ? in.dt_bias.data : nullptr;
+  pp.dtb_dt = p.has_dt_bias ? dtype_code(in.dt_bias.dtype) : 2;
+  pp.num_chunks = static_cast<int>(p.num_chunks);
+  pp.H = static_cast<int>(p.H);
+  pp.HV = static_cast<int>(p.HV);
+  pp.G = static_cast<int>(p.G);
+  pp.K = static_cast<int>(p.K);
+  pp.V = static_cast<int>(p.V);
+  pp.scale = static_cast<float>(p.scale);
+  pp.l2norm = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  pp.beta_mode = beta_mode_code(p);
+  pp.gate_kind = gate_kind_code(p);
+  pp.lower_bound = static_cast<float>(p.gate_tf.lower_bound);
+  pp.has_alog = p.has_A_log ? 1 : 0;
+  pp.has_dtb = p.has_dt_bias ? 1 : 0;
+  return pp;
 }
 
 // The kernels move tensors in 16-byte pieces (uint4 / cp.async): every tensor they touch must

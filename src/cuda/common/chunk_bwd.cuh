@@ -1,11 +1,13 @@
 // Kernels of the CUDA delta-rule backward (KDA, GDN): parameters, dtype helpers, launchers.
 //
 // Two paths (chunk_bwd.hpp, BackwardMode). The chunked WY backward on tensor cores
-// (chunk_bwd_wy.cu; docs/chunked_backward.md), by default computed in float32 for every input
-// dtype (bf16/fp16 q, k, v, dO widened to float32 in the workspace first, gradients written in
-// the caller's dtypes), or in the 16-bit input type when asked (chunked16: faster, less accurate):
+// (chunk_bwd_wy.cu; docs/chunked_backward.md), for 16-bit inputs computed in the input type with
+// hi + lo halves where accuracy needs them (split, the default), in float32 when the gate's A_log
+// / dt_bias gradients are asked for or at K = 256 (16-bit q, k, v, dO widened in the workspace
+// first), or in the 16-bit type alone (chunked16, opt-in):
 //   0. the forward's chunk_prep (W, U, Qg, KgT, Aqk, gexp and M⁻¹) and chunk_state (h: the
-//      float32 state before each chunk, V_new; no output) recompute the chunk intermediates;
+//      float32 state before each chunk, V_new; no output) recompute the chunk intermediates, or
+//      the backward reads them from the saved buffer a forward filled (disable_recompute);
 //   1. dh_kernel (sequential over chunks, like chunk_state): dh = dL/dS after each chunk, dN;
 //   2. wy_kernel (one CTA per chunk and value head): dv and per-value-head float32 partials
 //      dq, dk (w.r.t. the normalised q, k), dg (seed 001 + reverse cumsum), dβ;

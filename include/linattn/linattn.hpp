@@ -9,9 +9,10 @@
 //
 // Every tensor is a non-owning view (pointer, dtype, shape, strides, device); outputs are
 // allocated by the caller and must not overlap any input or each other (in-place calls are
-// refused). Each call validates every input first and returns a Status with a readable message;
-// on error nothing is written. Scratch memory comes from a caller-provided
-// Workspace whose size the *_workspace_size() queries return. ../shared/SPEC.md (the repository's
+// refused). CUDA tensors must start 16-byte aligned (allocations do; a view at an odd element
+// offset is refused with kNotSupported). Each call validates every input first and returns a
+// Status with a readable message; on error nothing is written. Scratch memory comes from a
+// caller-provided Workspace whose size the *_workspace_size() queries return. ../shared/SPEC.md (the repository's
 // copy lives beside this project) defines the math, shapes and options.
 #pragma once
 

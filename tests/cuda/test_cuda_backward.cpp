@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/backend.hpp"
 #include "common/problem.hpp"
 #include "cuda/common/chunk_bwd.hpp"
 #include "test_util.hpp"
@@ -941,6 +942,94 @@ TEST(CudaBackward, SmallSavedIsReadAndChecked) {
   EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
   EXPECT_NE(s.message.find("backward form"), std::string::npos) << s.message;
   untouched(g);
+}
+
+// Rules checked before any device work (these run without a GPU too): the views below point at
+// host memory marked as CUDA, which no kernel ever reads because each call is refused first.
+struct HostAsCuda {
+  Case c;
+  Inputs x = make_inputs(c);
+  Grads g = make_grads(c, x, false);
+  std::vector<DBuf> keep;
+  BackwardInputs in = in_views(x, false, keep);
+  BackwardOutputs out = out_views(g, false, keep);
+  HostAsCuda() {
+    for (TensorView* t : {&in.fwd.q, &in.fwd.k, &in.fwd.v, &in.fwd.g, &in.fwd.beta, &in.fwd.A_log, &in.fwd.dt_bias,
+                          &in.d_o, &out.dq, &out.dk, &out.dv, &out.dg, &out.dbeta, &out.ddt_bias})
+      t->device = Device{DeviceType::kCUDA, 0};
+  }
+  void expect_unwritten() {
+    Grads fresh = make_grads(c, x, false);
+    for (int i = 0; i < 8; ++i) {
+      if (!fresh.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(g.at(i)->bytes.data(), fresh.at(i)->bytes.data(), fresh.at(i)->bytes.size()))
+          << kGradNames[i] << " was written";
+    }
+  }
+};
+
+// A tensor that does not start 16-byte aligned is refused (kNotSupported naming it) before any
+// kernel: the kernels move 16-byte pieces.
+TEST(CudaBackward, MisalignedTensorsRefused) {
+  for (int which = 0; which < 3; ++which) {
+    HostAsCuda h;
+    TensorView* t = which == 0 ? &h.in.fwd.q : (which == 1 ? &h.in.d_o : &h.out.dk);
+    const char* name = which == 0 ? "q" : (which == 1 ? "d_o" : "dk");
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(t->data) % 16, 0u);  // host buffers are aligned
+    detail::Problem p;
+    ASSERT_TRUE(detail::resolve_backward(h.c.fam, h.in, h.out, make_options(h.c), &p).ok());
+    t->data = static_cast<unsigned char*>(t->data) + 2;  // one bf16 element in
+    Status s = cuda::backward_kda_gdn(p, h.in, h.out, Workspace{}, nullptr);
+    EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+    EXPECT_NE(s.message.find(std::string(name) + " starts at a misaligned address"), std::string::npos) << s.message;
+    h.expect_unwritten();
+  }
+  HostAsCuda h;
+  HostTensor o = h.x.v;
+  ForwardOutputs fo;
+  fo.o = o.view;
+  fo.o.device = Device{DeviceType::kCUDA, 0};
+  fo.o.data = o.bytes.data() + 2;
+  detail::Problem p;
+  ASSERT_TRUE(detail::resolve_forward(h.c.fam, h.in.fwd, fo, make_options(h.c), &p).ok());
+  Status s = cuda::forward(p, h.in.fwd, fo, Workspace{}, nullptr);
+  EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+  EXPECT_NE(s.message.find("o starts at a misaligned address"), std::string::npos) << s.message;
+}
+
+// A saved buffer that is misaligned or smaller than its header is refused before any device
+// work, nothing written; a forward's saved buffer smaller than saved_bytes likewise.
+TEST(CudaBackward, SavedBufferShapeRefused) {
+  alignas(256) static unsigned char buf[1024];
+  const Device dev{DeviceType::kCUDA, 0};
+  char big = 0;
+  const Workspace ws{&big, ~std::size_t{0}};  // never touched: the calls are refused first
+  {
+    HostAsCuda h;
+    h.in.saved = make_view(buf + 16, DType::kUInt8, {512}, dev);
+    detail::Problem p;
+    ASSERT_TRUE(detail::resolve_backward(h.c.fam, h.in, h.out, make_options(h.c), &p).ok());
+    Status s = cuda::backward_kda_gdn(p, h.in, h.out, ws, nullptr);
+    EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+    EXPECT_NE(s.message.find("256-byte aligned"), std::string::npos) << s.message;
+    h.in.saved = make_view(buf, DType::kUInt8, {100}, dev);
+    s = cuda::backward_kda_gdn(p, h.in, h.out, ws, nullptr);
+    EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+    EXPECT_NE(s.message.find("saved has 100 bytes"), std::string::npos) << s.message;
+    h.expect_unwritten();
+  }
+  HostAsCuda h;
+  HostTensor o = h.x.v;
+  ForwardOutputs fo;
+  fo.o = o.view;
+  fo.o.device = dev;
+  fo.saved = make_view(buf, DType::kUInt8, {1024}, dev);
+  detail::Problem p;
+  ASSERT_TRUE(detail::resolve_forward(h.c.fam, h.in.fwd, fo, make_options(h.c), &p).ok());
+  EXPECT_GT(cuda::saved_bytes(p), 1024u);
+  Status s = cuda::forward(p, h.in.fwd, fo, ws, nullptr);
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+  EXPECT_NE(s.message.find("saved has 1024 bytes"), std::string::npos) << s.message;
 }
 
 TEST(CudaBackward, SmallPublicApi) {

@@ -904,20 +904,25 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute_of(p, path), from_saved).total;
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
-  DeviceGuard device;
-  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  // The saved buffer's shape checks need no device; its header is read after the switch to it.
+  const Compute saved_form = compute_of(p, path);
+  const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
+  const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
+  auto saved_size_error = [&] {
+    return Status::Invalid("saved has " + std::to_string(saved_have) + " bytes, needs " +
+                           std::to_string(saved_want) + " (see saved_bytes)");
+  };
   if (from_saved) {
     if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
       return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
-    const Compute c = compute_of(p, path);
-    const std::size_t have = static_cast<std::size_t>(in.saved.numel()), want = SavedLayout(p, c).total;
-    if (have < kSavedHeaderBytes)
-      return Status::Invalid("saved has " + std::to_string(have) + " bytes, needs " + std::to_string(want) +
-                             " (see saved_bytes)");
-    if (Status hs = check_saved_header(p, c, in.saved.data, st); !hs.ok()) return hs;
-    if (have < want)
-      return Status::Invalid("saved has " + std::to_string(have) + " bytes, needs " + std::to_string(want) +
-                             " (see saved_bytes)");
+    if (saved_have < kSavedHeaderBytes) return saved_size_error();
+  }
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  if (from_saved) {
+    // header first: a buffer written under another backward form has another size, the header says which
+    if (Status hs = check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
+    if (saved_have < saved_want) return saved_size_error();
   }
   cudaError_t e = cudaSuccess;
 

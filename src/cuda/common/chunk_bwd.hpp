@@ -54,7 +54,7 @@ std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p);
 // recomputing them, bitwise the same gradients; its header is checked first (one small read that
 // waits for the stream, skipped while the stream captures a graph). The token replay ignores
 // saved. Returns kNotSupported for shapes it does not handle (K or V outside {64, 128, 256},
-// float64 q/k/v), kInvalidArgument for an unknown LINATTN_CUDA_BWD or a saved buffer written for
+// float64 q/k/v) and for tensors that do not start 16-byte aligned, kInvalidArgument for an unknown LINATTN_CUDA_BWD or a saved buffer written for
 // another problem or backward form.
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
                         Workspace ws, cudaStream_t stream);

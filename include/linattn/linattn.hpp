@@ -225,6 +225,84 @@ inline Status simple_gla_backward(const BackwardInputs& in, const BackwardOutput
   return backward(Family::kSimpleGLA, in, out, opt, ws, s);
 }
 
+// ---------------------------------------------------------------- decode (serving)
+// The recurrent form for short per-sequence lengths (T = 1 per generated token, up to ~16 for
+// speculative drafts): one pass over each state, no workspace, no allocation and no host
+// synchronisation, so a whole decode step can be captured in a CUDA graph. FLA's
+// fused_recurrent_* semantics (SPEC.md, "Decode / serving"); all four families.
+//
+//   q, k, v, g, beta, A_log, dt_bias, g_gamma, cu_seqlens: as in ForwardInputs, except that
+//                 beta may also be per value channel, [B, T, HV, V], and that with CUDA
+//                 tensors cu_seqlens_host is optional (without it the device reads and checks
+//                 cu_seqlens itself, see DecodeStatus).
+//   state         optional. Without ssm_state_indices: the initial states, [N, HV, K, V].
+//                 With ssm_state_indices: a pool of P slots, [P, HV, K, V]. float32 or bfloat16
+//                 (arithmetic is float32 either way); [.., V, K] with state_v_first. The three
+//                 inner dims must be dense; the slot stride (dim 0) may be larger (a view into
+//                 an engine's cache).
+//   ssm_state_indices  optional int32/int64, [N] or [N, T_max] (per token: speculative decoding).
+//                 Sequence n starts from pool[idx[n, a_n - 1]] where a_n = num_accepted_tokens[n]
+//                 if given, else 1 (idx[n] for the 1-D form). The 1-D form writes the final
+//                 state back to pool[idx[n]] (inplace_final_state) or to final_state[n]; the
+//                 per-token form writes the state after token t to pool[idx[n, t]] (in place
+//                 only). A negative index marks padding: the read slot negative skips the
+//                 sequence (its o rows are set to 0, no state is written); a negative write slot
+//                 skips that write. Slots must be distinct across sequences (a repeat races).
+//   num_accepted_tokens  optional int32/int64 [N], in [1, T_max]; needs the per-token form.
+//   inplace_final_state  write the new states into `state` (the pool) instead of final_state.
+struct DecodeInputs {
+  TensorView q, k, v;
+  TensorView g;
+  TensorView g_gamma;
+  TensorView beta;
+  TensorView A_log;
+  TensorView dt_bias;
+  TensorView state;
+  TensorView ssm_state_indices;
+  TensorView num_accepted_tokens;
+  TensorView cu_seqlens;
+  TensorView cu_seqlens_host;
+  bool inplace_final_state = false;
+};
+
+// Flags a decode call raises, OR-ed into DecodeOutputs::status (on the device for CUDA, where
+// they can only be seen without a host synchronisation). A flagged sequence is skipped: nothing
+// outside the pool is read or written, its o rows are 0 (or, with a bad cu_seqlens, whatever o held).
+enum DecodeStatus : int32_t {
+  kDecodeOk = 0,
+  kDecodeIndexOutOfRange = 1,     // a state index >= P (or a slot past the pool)
+  kDecodeBadAcceptedTokens = 2,   // num_accepted_tokens[n] outside [1, T_max]
+  kDecodeSequenceTooLong = 4,     // a sequence longer than the per-token index row T_max
+  kDecodeBadCuSeqlens = 8,        // device cu_seqlens not non-decreasing within [0, total tokens]
+};
+
+//   o             [B, T, HV, V] in v's dtype.
+//   final_state   optional [N, HV, K, V] (state_v_first: [N, HV, V, K]), float32 or bfloat16;
+//                 not with inplace_final_state.
+//   status        optional int32 [1] in the inputs' memory: the call ORs DecodeStatus flags into
+//                 it (the caller zeroes it once and checks it when convenient). On the CPU a
+//                 condition that would raise a flag is refused as an error instead.
+struct DecodeOutputs {
+  TensorView o;
+  TensorView final_state;
+  TensorView status;
+};
+
+// Longest per-sequence length the recurrent path is meant for; longer sequences still compute
+// the right result (chunked is faster there: the Python functions switch by length).
+constexpr int64_t kDecodeMaxTokens = 16;
+
+Status decode(Family family, const DecodeInputs& in, const DecodeOutputs& out, const Options& opt,
+              Stream stream = nullptr);
+inline Status kda_decode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt,
+                         Stream s = nullptr) {
+  return decode(Family::kKDA, in, out, opt, s);
+}
+inline Status gdn_decode(const DecodeInputs& in, const DecodeOutputs& out, const Options& opt,
+                         Stream s = nullptr) {
+  return decode(Family::kGDN, in, out, opt, s);
+}
+
 // ---- float64 token-by-token evaluation of the recurrence (SPEC.md), the ground truth every
 // backend is tested against. CPU tensors only; outputs follow the rules of forward()/backward()
 // (o and each gradient in the dtype of its input; states float32 or float64).

@@ -1,5 +1,6 @@
 // Builds without CUDA: the CUDA backend's entry points refuse every call.
 #include "common/backend.hpp"
+#include "common/decode.hpp"
 
 namespace linattn::cuda {
 namespace {
@@ -15,4 +16,5 @@ Status forward(const detail::Problem&, const ForwardInputs&, const ForwardOutput
 Status backward(const detail::Problem&, const BackwardInputs&, const BackwardOutputs&, Workspace, Stream) {
   return no_cuda();
 }
+Status decode(const detail::DecodeProblem&, const DecodeInputs&, const DecodeOutputs&, Stream) { return no_cuda(); }
 }  // namespace linattn::cuda

@@ -440,4 +440,45 @@ NB_MODULE(_C, m) {
       "dbeta"_a.none() = nb::none(), "dA_log"_a.none() = nb::none(),
       "ddt_bias"_a.none() = nb::none(), "dh0"_a.none() = nb::none(), "options"_a,
       "float64 gradients of the recurrence (CPU arrays only): the test oracle.");
+
+  m.def(
+      "decode",
+      [](int family, InArray q, InArray k, InArray v, OptIn g, OptIn g_gamma, OptIn beta, OptIn A_log,
+         OptIn dt_bias, OptOut state, OptIn ssm_state_indices, OptIn num_accepted_tokens, OptIn cu_seqlens,
+         OptIn cu_seqlens_host, bool inplace_final_state, OutArray o, OptOut final_state, OptOut status,
+         const linattn::Options& opt, uintptr_t stream) {
+        linattn::DecodeInputs in;
+        in.q = to_view("q", q);
+        in.k = to_view("k", k);
+        in.v = to_view("v", v);
+        in.g = opt_view("g", g);
+        in.g_gamma = opt_view("g_gamma", g_gamma);
+        in.beta = opt_view("beta", beta);
+        in.A_log = opt_view("A_log", A_log);
+        in.dt_bias = opt_view("dt_bias", dt_bias);
+        in.state = opt_view("state", state);
+        in.ssm_state_indices = opt_view("ssm_state_indices", ssm_state_indices);
+        in.num_accepted_tokens = opt_view("num_accepted_tokens", num_accepted_tokens);
+        in.cu_seqlens = opt_view("cu_seqlens", cu_seqlens);
+        in.cu_seqlens_host = opt_view("cu_seqlens_host", cu_seqlens_host);
+        in.inplace_final_state = inplace_final_state;
+        linattn::DecodeOutputs out;
+        out.o = to_view("o", o);
+        out.final_state = opt_view("final_state", final_state);
+        out.status = opt_view("status", status);
+        Status s;
+        {
+          nb::gil_scoped_release unlocked;
+          s = linattn::decode(to_family(family), in, out, opt, reinterpret_cast<linattn::Stream>(stream));
+        }
+        check(s);
+      },
+      "family"_a, "q"_a, "k"_a, "v"_a, "g"_a.none() = nb::none(), "g_gamma"_a.none() = nb::none(),
+      "beta"_a.none() = nb::none(), "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(),
+      "state"_a.none() = nb::none(), "ssm_state_indices"_a.none() = nb::none(),
+      "num_accepted_tokens"_a.none() = nb::none(), "cu_seqlens"_a.none() = nb::none(),
+      "cu_seqlens_host"_a.none() = nb::none(), "inplace_final_state"_a = false, "o"_a,
+      "final_state"_a.none() = nb::none(), "status"_a.none() = nb::none(), "options"_a, "stream"_a = 0,
+      "Recurrent decode (short sequences, state pools, speculative decoding) into caller-allocated "
+      "outputs; `state` is updated in place with inplace_final_state. No workspace, no host sync.");
 }

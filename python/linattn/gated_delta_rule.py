@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from ._args import check_chunk_size, refuse, refuse_head_first, state_layout, take_kwargs
+from ._decode import run_decode, use_decode
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
@@ -149,12 +150,22 @@ def fused_recurrent_gated_delta_rule(
     cu_seqlens: Optional[torch.Tensor] = None,
     *,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    inplace_final_state: bool = False,
+    ssm_state_indices: Optional[torch.Tensor] = None,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    status: Optional[torch.Tensor] = None,
     **kwargs,
 ):
     r"""Gated delta rule with FLA's ``fused_recurrent_gated_delta_rule`` interface.
 
-    Runs the chunked kernels (same results as :func:`chunk_gated_delta_rule`) and supports
-    autograd. Gates, as in FLA:
+    Without gradients and with short sequences (at most 16 tokens per sequence on average) it
+    runs the recurrent decode kernels (one pass over each state, no host synchronisation: CUDA
+    graph capturable); otherwise the chunked kernels (same results as
+    :func:`chunk_gated_delta_rule`, with autograd). The serving keywords
+    ``ssm_state_indices``, ``num_accepted_tokens``, ``inplace_final_state``, ``out`` and
+    ``status`` and per-value-channel ``beta [B, T, HV, V]`` are those of
+    :func:`linattn.fused_recurrent_kda` and select the decode path (no backward). Gates, as in FLA:
 
     * ``g: [B, T, HV]`` scalar decay (raw with ``use_gate_in_kernel``, needing ``A_log``);
     * ``gk: [B, T, HV, K]`` per-key decay instead of ``g`` (this is KDA);
@@ -188,6 +199,17 @@ def fused_recurrent_gated_delta_rule(
             raise ValueError(f"{name}: use_gate_in_kernel needs the raw gate g")
         g = torch.zeros(v.shape[:3], dtype=torch.float64 if q.dtype == torch.float64
                         else torch.float32, device=q.device)
+    pool_args = ssm_state_indices is not None or num_accepted_tokens is not None or inplace_final_state
+    if use_decode(name, q, cu_seqlens, pool_args or out is not None or beta.dim() == v.dim(),
+                  k, v, g, beta, A_log, dt_bias, initial_state):
+        return run_decode(
+            family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
+            initial_state=initial_state, output_final_state=output_final_state,
+            inplace_final_state=inplace_final_state, ssm_state_indices=ssm_state_indices,
+            num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens,
+            cu_seqlens_cpu=cu_seqlens_cpu, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first, out=out, status=status)
     o, fs, _ = run_forward(
         family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias,
         initial_state=initial_state, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,

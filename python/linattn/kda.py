@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from ._args import check_chunk_size, refuse, state_layout, take_kwargs
+from ._decode import run_decode, use_decode
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
@@ -163,18 +164,44 @@ def fused_recurrent_kda(
     cu_seqlens: Optional[torch.Tensor] = None,
     *,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    inplace_final_state: bool = False,
+    ssm_state_indices: Optional[torch.Tensor] = None,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    status: Optional[torch.Tensor] = None,
     **kwargs,
 ):
-    r"""KDA with FLA's ``fused_recurrent_kda`` interface (inference-style entry point).
+    r"""KDA with FLA's ``fused_recurrent_kda`` interface (decode and serving).
 
-    Computes exactly what :func:`chunk_kda` computes (it runs the same chunked kernels) and
-    also supports autograd. Arguments are those of :func:`chunk_kda`, in FLA's
-    ``fused_recurrent_kda`` order; ``lower_bound`` takes effect with ``use_gate_in_kernel``
-    (passing it without raises ``ValueError``). ``cu_seqlens_cpu`` is an optional host copy
-    of ``cu_seqlens``.
+    Without gradients and with short sequences (at most 16 tokens per sequence on average) it
+    runs the recurrent decode kernels: one pass over each state, no host synchronisation, so a
+    decode step can be captured in a CUDA graph. Otherwise it runs the chunked kernels (the
+    same function as :func:`chunk_kda`, with autograd). Arguments are those of
+    :func:`chunk_kda`, in FLA's ``fused_recurrent_kda`` order; ``lower_bound`` takes effect
+    with ``use_gate_in_kernel`` (passing it without raises ``ValueError``). ``cu_seqlens_cpu``
+    is an optional host copy of ``cu_seqlens`` (the decode path does not need it).
+
+    Serving (FLA's ``fused_recurrent_kda_fwd`` keywords; these select the decode path, which
+    has no backward):
+        initial_state: a state pool ``[P, HV, K, V]`` (float32 or bfloat16; its slot stride may
+            be larger than one state) when ``ssm_state_indices`` is given.
+        ssm_state_indices: int32/int64 ``[N]`` (sequence n reads, and in place writes, slot
+            ``idx[n]``) or ``[N, T_max]`` (speculative decoding: the state after token t goes to
+            ``idx[n, t]``). Negative entries are padding: a negative read slot skips the
+            sequence (its ``o`` rows are 0), a negative write slot skips that write.
+        num_accepted_tokens: int32/int64 ``[N]``: sequence n starts from ``idx[n, a_n - 1]``.
+        inplace_final_state: write the new states into ``initial_state`` (returned as the final
+            state) instead of a new tensor.
+        beta: may also be per value channel, ``[B, T, HV, V]``.
+        out: optional preallocated ``o``.
+        status: optional int32 ``[1]`` tensor on the inputs' device into which the kernels OR
+            flags for what only the device can see (an index past the pool: 1, a bad accepted
+            count: 2, a sequence longer than T_max: 4, a bad cu_seqlens: 8); such a sequence is
+            skipped without any out-of-bounds access.
 
     Returns:
-        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state`` or
+        ``inplace_final_state``.
 
     Example::
 
@@ -184,6 +211,18 @@ def fused_recurrent_kda(
     name = "fused_recurrent_kda"
     state_v_first = state_layout(name, state_v_first, kwargs)
     take_kwargs(name, kwargs, {})
+    pool_args = ssm_state_indices is not None or num_accepted_tokens is not None or inplace_final_state
+    if use_decode(name, q, cu_seqlens, pool_args or out is not None or beta.dim() == v.dim(),
+                  k, v, g, beta, A_log, dt_bias, initial_state):
+        return run_decode(
+            _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
+            initial_state=initial_state, output_final_state=output_final_state,
+            inplace_final_state=inplace_final_state, ssm_state_indices=ssm_state_indices,
+            num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens,
+            cu_seqlens_cpu=cu_seqlens_cpu, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, state_v_first=state_v_first,
+            out=out, status=status)
     o, fs, _ = run_forward(
         _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,

@@ -82,6 +82,7 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   p.vec_state = d.has_state && inner % 4 == 0 && d.state_stride % 4 == 0 && aligned(p.state, st_bf16 ? 8 : 16);
   p.vec_final = d.has_final && inner % 4 == 0 && aligned(p.final_state, d.final_dtype == DType::kBFloat16 ? 8 : 16);
   p.vec_o = pr.V % 4 == 0 && aligned(p.o, pr.dtype == DType::kFloat32 ? 16 : 8);
+  p.vec_v = pr.V % 4 == 0 && aligned(p.v, pr.dtype == DType::kFloat32 ? 16 : 8);
   if (pr.N == 0) return Status::Ok();
 
   const int kb = pr.K <= 64 ? 64 : (pr.K <= 128 ? 128 : 256);

@@ -56,7 +56,7 @@ struct Params {
   bool has_g, vector_gate, has_gamma, has_alog, has_dtb, delta, beta_per_v, l2norm;
   bool varlen, cu64, has_indices, indices_2d, idx64, has_accepted, acc64;
   bool has_state, inplace, has_final;
-  bool vec_state, vec_final, vec_o;  // 16-byte (or 8-byte) pieces allowed
+  bool vec_state, vec_final, vec_o, vec_v;  // 16-byte (or 8-byte) pieces allowed
 };
 
 // ---------------------------------------------------------------- element access
@@ -128,6 +128,7 @@ __device__ __forceinline__ void st4_any(void* p, int dt, long long off, float4 x
   }
 }
 __device__ __forceinline__ float& f4(float4& x, int j) { return reinterpret_cast<float*>(&x)[j]; }
+__device__ __forceinline__ float f4(const float4& x, int j) { return reinterpret_cast<const float*>(&x)[j]; }
 
 __device__ __forceinline__ int clamp_nv(int valid) { return valid < 0 ? 0 : (valid > 4 ? 4 : valid); }
 
@@ -175,11 +176,16 @@ __device__ __forceinline__ float group_sum(float x) {
 // ---------------------------------------------------------------- the kernel
 // IO: q/k/v/o element type; ST: the state's; VFirst: [V, K] state layout; KB: K rounded up to
 // 64, 128 or 256.
+//
+// Every thread loads the token inputs it needs itself (its rows' q, k and gate; its columns' v
+// and beta), together with the state, so the loads overlap and a token needs at most one barrier
+// (the [K, V] layout's cross-warp reduction, which also carries the l2 norms and q.k).
 template <typename IO, typename ST, bool VFirst, int KB>
 __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_kernel(const Params p) {
-  __shared__ float sq[KB], sk[KB], se[KB];
-  __shared__ float sv[kTileV], sb[kTileV];
-  __shared__ float red[kThreads / 32][kTileV][2];
+  constexpr int kWarps = kThreads / 32;
+  // [K, V] reduction scratch, double-buffered by token parity: a, b per column; |q|^2, |k|^2, q.k
+  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];
+  __shared__ float4 red_n[2][kWarps];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int nvt = (p.V + kTileV - 1) / kTileV;
@@ -244,21 +250,24 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
   }
 
   // ---- register layout
-  // [K, V]: lane = 8 column groups x 4 row groups; row of slot i: i*16 + warp*4 + lane/8.
+  // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; row of slot i: i*16 + warp*4 + lane/8.
   // [V, K]: LK lanes per V row (4 K entries each, twice for KB = 256), RPW rows per warp pass.
   constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
-  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;  // float4 pieces per row per lane
+  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;  // 4-wide pieces per row per lane
   constexpr int RPW = VFirst ? 32 / LK : 1;
   constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;  // rows a thread holds
-  constexpr int NP = VFirst ? NR * EPL : NR;                // float4 pieces a thread holds
+  constexpr int NP = VFirst ? NR * EPL : NR;                // pieces a thread holds
   float4 S[NP];
 
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
   const int lk = lane % LK, rw = lane / LK;   // [V, K]
-  auto kv_row = [&](int i) { return i * 16 + warp * 4 + rsub; };             // K index
-  auto vk_row = [&](int i) { return i * (4 * RPW) + warp * RPW + rw; };      // V index within the tile
-  auto vk_col = [&](int e) { return e * 4 * LK + lk * 4; };                  // K index
+  auto kv_row = [&](int i) { return i * 16 + warp * 4 + rsub; };         // K index
+  auto vk_row = [&](int i) { return i * (4 * RPW) + warp * RPW + rw; };  // V index within the tile
+  auto vk_col = [&](int e) { return e * 4 * LK + lk * 4; };              // K index
 
+  // Whole tile inside the state and 4-wide pieces aligned: every piece one vector access at a
+  // constant stride (the common case; the general path masks each piece).
+  const bool full = VFirst ? (p.K == KB && v0 + kTileV <= p.V) : (p.K == KB && v0 + kTileV <= p.V);
   // element offset of piece `pi` inside one [HV, K, V] state, and how many of its 4 are valid
   auto piece = [&](int pi, long long* off, int* nv) {
     if constexpr (!VFirst) {
@@ -273,6 +282,19 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
     }
   };
   auto store_state = [&](void* base, int dt, long long slot_off, bool vec) {
+    if (full && vec) {
+      long long off0;
+      int nv;
+      piece(0, &off0, &nv);
+      const long long step = VFirst ? 0 : 16LL * p.V;
+#pragma unroll
+      for (int pi = 0; pi < NP; ++pi) {
+        long long off = off0 + pi * step;
+        if constexpr (VFirst) piece(pi, &off, &nv);
+        st4_any(base, dt, slot_off + off, S[pi], true, 4);
+      }
+      return;
+    }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
       long long off;
@@ -282,14 +304,31 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
     }
   };
 
-  // ---- load the state (issued before the first token's inputs: the loads overlap them)
-  const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
+  // ---- load the state (issued first: the token inputs' loads overlap it)
+  {
+    const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
+    if (!p.has_state) {
 #pragma unroll
-  for (int pi = 0; pi < NP; ++pi) {
-    long long off;
-    int nv;
-    piece(pi, &off, &nv);
-    S[pi] = p.has_state && nv > 0 ? ld4(src + off, p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int pi = 0; pi < NP; ++pi) S[pi] = make_float4(0.f, 0.f, 0.f, 0.f);
+    } else if (full && p.vec_state) {
+      long long off0;
+      int nv;
+      piece(0, &off0, &nv);
+#pragma unroll
+      for (int pi = 0; pi < NP; ++pi) {
+        long long off = off0 + (VFirst ? 0 : pi * 16LL * p.V);
+        if constexpr (VFirst) piece(pi, &off, &nv);
+        S[pi] = ld4(src + off, true, 4);
+      }
+    } else {
+#pragma unroll
+      for (int pi = 0; pi < NP; ++pi) {
+        long long off;
+        int nv;
+        piece(pi, &off, &nv);
+        S[pi] = nv > 0 ? ld4(src + off, p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
   }
 
   const IO* q = static_cast<const IO*>(p.q);
@@ -298,109 +337,121 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
   IO* o = static_cast<IO*>(p.o);
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
-    // ---- stage the token's q, k, decay, v tile and beta
-    if (t > 0) __syncthreads();  // the previous token's readers are done
-    for (int i = tid; i < KB; i += kThreads) {
-      float qi = 0.f, ki = 0.f, ei = 1.f;
-      if (i < p.K) {
-        qi = to_f(q[(tok * p.H + h) * p.K + i]);
-        ki = to_f(k[(tok * p.H + h) * p.K + i]);
-        ei = expf(log_decay(p, tok, hv, p.vector_gate ? i : 0));
-      }
-      sq[i] = qi;
-      sk[i] = ki;
-      se[i] = ei;
-    }
-    if (tid < kTileV) {
-      const int c = v0 + tid;
-      sv[tid] = c < p.V ? to_f(v[(tok * p.HV + hv) * p.V + c]) : 0.f;
-      sb[tid] = p.delta && c < p.V ? beta_at(p, tok, hv, c) : 0.f;
-    }
-    __syncthreads();
-    // ---- the norms and q.k (every warp for itself)
-    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
-#pragma unroll
-    for (int i = lane; i < KB; i += 32) {
-      const float a = sq[i], b = sk[i];
-      ssq += a * a;
-      ssk += b * b;
-      sqk += a * b;
-    }
-    ssq = group_sum<32>(ssq);
-    ssk = group_sum<32>(ssk);
-    sqk = group_sum<32>(sqk);
-    const float rq = p.l2norm ? rsqrtf(ssq + 1e-6f) : 1.f;
-    const float rk = p.l2norm ? rsqrtf(ssk + 1e-6f) : 1.f;
-    const float qs = rq * p.scale;
-    const float qk = sqk * qs * rk;
+    const long long qk0 = (tok * p.H + h) * p.K;
+    const float e_scalar = p.vector_gate ? 1.f : expf(log_decay(p, tok, hv, 0));
+    auto decay = [&](int c) { return p.vector_gate ? expf(log_decay(p, tok, hv, c)) : e_scalar; };
 
     if constexpr (!VFirst) {
-      // ---- decay, then a = S'^T k and b = S'^T q over this thread's rows
-      float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
+      // ---- this thread's rows: q, k, decay; its columns: v, beta
+      float qr[NR], kr[NR], er[NR];
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         const int r = kv_row(i);
-        const float e = se[r], kr = sk[r], qr = sq[r];
+        const bool ok = r < p.K;
+        qr[i] = ok ? to_f(q[qk0 + r]) : 0.f;
+        kr[i] = ok ? to_f(k[qk0 + r]) : 0.f;
+        er[i] = ok ? decay(r) : 1.f;
+      }
+      const int c0 = v0 + cg * 4;
+      const int ncol = clamp_nv(p.V - c0);
+      const float4 vv = ld4(v + (tok * p.HV + hv) * p.V + c0, p.vec_v, ncol);
+      float bb[4] = {0.f, 0.f, 0.f, 0.f};
+      if (p.delta) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bb[j] = j < ncol ? beta_at(p, tok, hv, c0 + j) : 0.f;
+      }
+      // ---- decay, then a = S'^T k, b = S'^T q over these rows; the norms' partial sums
+      float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
+      float nq = 0.f, nk = 0.f, nqk = 0.f;
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        nq += qr[i] * qr[i];
+        nk += kr[i] * kr[i];
+        nqk += qr[i] * kr[i];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          f4(S[i], j) *= e;
-          a[j] += kr * f4(S[i], j);
-          b[j] += qr * f4(S[i], j);
+          f4(S[i], j) *= er[i];
+          a[j] += kr[i] * f4(S[i], j);
+          b[j] += qr[i] * f4(S[i], j);
         }
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // over the 4 row groups of the warp
-        a[j] += __shfl_xor_sync(0xffffffffu, a[j], 8);
-        a[j] += __shfl_xor_sync(0xffffffffu, a[j], 16);
-        b[j] += __shfl_xor_sync(0xffffffffu, b[j], 8);
-        b[j] += __shfl_xor_sync(0xffffffffu, b[j], 16);
+      for (int m = 8; m <= 16; m <<= 1) {  // over the warp's 4 row groups
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          a[j] += __shfl_xor_sync(0xffffffffu, a[j], m);
+          b[j] += __shfl_xor_sync(0xffffffffu, b[j], m);
+        }
+        nq += __shfl_xor_sync(0xffffffffu, nq, m);
+        nk += __shfl_xor_sync(0xffffffffu, nk, m);
+        nqk += __shfl_xor_sync(0xffffffffu, nqk, m);
       }
+      const int buf = static_cast<int>(t & 1);
       if (rsub == 0) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          red[warp][cg * 4 + j][0] = a[j];
-          red[warp][cg * 4 + j][1] = b[j];
-        }
+        red_ab[buf][warp][0][cg] = make_float4(a[0], a[1], a[2], a[3]);
+        red_ab[buf][warp][1][cg] = make_float4(b[0], b[1], b[2], b[3]);
+        if (cg == 0) red_n[buf][warp] = make_float4(nq, nk, nqk, 0.f);
       }
       __syncthreads();
+      float4 A = make_float4(0.f, 0.f, 0.f, 0.f), B = A, Nn = A;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {  // fixed order: deterministic
+        const float4 x = red_ab[buf][w][0][cg], y = red_ab[buf][w][1][cg], z = red_n[buf][w];
+        A = make_float4(A.x + x.x, A.y + x.y, A.z + x.z, A.w + x.w);
+        B = make_float4(B.x + y.x, B.y + y.y, B.z + y.z, B.w + y.w);
+        Nn = make_float4(Nn.x + z.x, Nn.y + z.y, Nn.z + z.z, 0.f);
+      }
+      const float rq = p.l2norm ? rsqrtf(Nn.x + 1e-6f) : 1.f;
+      const float rk = p.l2norm ? rsqrtf(Nn.y + 1e-6f) : 1.f;
+      const float qs = rq * p.scale;
+      const float qk = Nn.z * qs * rk;
       float4 u, ov;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int c = cg * 4 + j;
-        float A = 0.f, Bq = 0.f;
-#pragma unroll
-        for (int w = 0; w < kThreads / 32; ++w) {  // fixed order: deterministic
-          A += red[w][c][0];
-          Bq += red[w][c][1];
-        }
-        const float uj = p.delta ? sb[c] * (sv[c] - A * rk) : sv[c];
+        const float uj = p.delta ? bb[j] * (f4(vv, j) - f4(A, j) * rk) : f4(vv, j);
         f4(u, j) = uj;
-        f4(ov, j) = Bq * qs + qk * uj;
+        f4(ov, j) = f4(B, j) * qs + qk * uj;
       }
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
-        const float kr = sk[kv_row(i)] * rk;
+        const float kn = kr[i] * rk;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) f4(S[i], j) += kr * f4(u, j);
+        for (int j = 0; j < 4; ++j) f4(S[i], j) += kn * f4(u, j);
       }
-      if (warp == 0 && rsub == 0) {
-        const int c = v0 + cg * 4;
-        const int nv = clamp_nv(p.V - c);
-        if (nv > 0) st4(o + (tok * p.HV + hv) * p.V + c, ov, p.vec_o, nv);
-      }
+      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, p.vec_o, ncol);
     } else {
-      // ---- [V, K]: per V row, a and b reduce over the row's LK lanes only
-      float ek[EPL][4], kk[EPL][4], qq[EPL][4];
+      // ---- [V, K]: this thread's K entries (q, k, decay) and V rows (v, beta); every
+      // reduction stays within a row's LK lanes, which hold all of K: no barrier
+      float qq[EPL][4], kk[EPL][4], ek[EPL][4];
+      float nq = 0.f, nk = 0.f, nqk = 0.f;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int c = vk_col(e) + j;
-          ek[e][j] = se[c];
-          kk[e][j] = sk[c];
-          qq[e][j] = sq[c];
+          const bool ok = c < p.K;
+          qq[e][j] = ok ? to_f(q[qk0 + c]) : 0.f;
+          kk[e][j] = ok ? to_f(k[qk0 + c]) : 0.f;
+          ek[e][j] = ok ? decay(c) : 1.f;
+          nq += qq[e][j] * qq[e][j];
+          nk += kk[e][j] * kk[e][j];
+          nqk += qq[e][j] * kk[e][j];
         }
       }
+      float vr[NR], br[NR];
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        const int jv = v0 + vk_row(i);
+        vr[i] = jv < p.V ? to_f(v[(tok * p.HV + hv) * p.V + jv]) : 0.f;
+        br[i] = p.delta && jv < p.V ? beta_at(p, tok, hv, jv) : 0.f;
+      }
+      nq = group_sum<LK>(nq);
+      nk = group_sum<LK>(nk);
+      nqk = group_sum<LK>(nqk);
+      const float rq = p.l2norm ? rsqrtf(nq + 1e-6f) : 1.f;
+      const float rk = p.l2norm ? rsqrtf(nk + 1e-6f) : 1.f;
+      const float qs = rq * p.scale;
+      const float qk = nqk * qs * rk;
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         float a = 0.f, b = 0.f;
@@ -416,14 +467,14 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
         }
         a = group_sum<LK>(a);
         b = group_sum<LK>(b);
-        const int jr = vk_row(i);
-        const float uj = p.delta ? sb[jr] * (sv[jr] - a * rk) : sv[jr];
+        const float uj = p.delta ? br[i] * (vr[i] - a * rk) : vr[i];
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) f4(S[i * EPL + e], j) += kk[e][j] * rk * uj;
         }
-        if (lk == 0 && v0 + jr < p.V) o[(tok * p.HV + hv) * p.V + v0 + jr] = from_f<IO>(b * qs + qk * uj);
+        const int jv = v0 + vk_row(i);
+        if (lk == 0 && jv < p.V) o[(tok * p.HV + hv) * p.V + jv] = from_f<IO>(b * qs + qk * uj);
       }
     }
 

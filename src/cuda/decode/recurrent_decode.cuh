@@ -177,22 +177,27 @@ __device__ __forceinline__ float group_sum(float x) {
 // IO: q/k/v/o element type; ST: the state's; VFirst: [V, K] state layout; KB: K rounded up to
 // 64, 128 or 256.
 //
-// Every thread loads the token inputs it needs itself (its rows' q, k and gate; its columns' v
-// and beta), together with the state, so the loads overlap and a token needs at most one barrier
-// (the [K, V] layout's cross-warp reduction, which also carries the l2 norms and q.k).
+// Per token: the CTA stages the token's inputs once (thread r: q_r, k_r and the decay of row r;
+// warp 0 also v and beta of the tile's 32 columns) with the l2 norms' and q.k's partial sums,
+// then every thread works on its state registers. The decode is bandwidth-bound only if this
+// stays lean: inputs are computed once per CTA (not per thread), index math is 32-bit, and a full
+// tile moves as back-to-back 16-byte accesses at a constant stride.
 template <typename IO, typename ST, bool VFirst, int KB>
 __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_kernel(const Params p) {
   constexpr int kWarps = kThreads / 32;
-  // [K, V] reduction scratch, double-buffered by token parity: a, b per column; |q|^2, |k|^2, q.k
-  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];
-  __shared__ float4 red_n[2][kWarps];
+  constexpr int kRowsPerThread = KB / kThreads;  // staging: 1 or 2 rows a thread (KB >= 128), else 0/1
+  __shared__ __align__(16) float sq[KB], sk[KB], se[KB];
+  __shared__ float sv[kTileV], sb[kTileV];
+  __shared__ float4 red_n[kWarps];                       // per warp: |q|^2, |k|^2, q.k partials
+  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];    // [K, V]: a, b partials per warp
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nvt = (p.V + kTileV - 1) / kTileV;
-  const long long blk = blockIdx.x;
+  const unsigned nvt = (static_cast<unsigned>(p.V) + kTileV - 1) / kTileV;
+  const unsigned blk = blockIdx.x;
   const int vt = static_cast<int>(blk % nvt);
-  const int hv = static_cast<int>((blk / nvt) % p.HV);
-  const int n = static_cast<int>(blk / nvt / p.HV);
+  const unsigned rest = blk / nvt;
+  const int hv = static_cast<int>(rest % static_cast<unsigned>(p.HV));
+  const int n = static_cast<int>(rest / static_cast<unsigned>(p.HV));
   const int h = hv / p.G;
   const int v0 = vt * kTileV;
   const long long KV = static_cast<long long>(p.K) * p.V;
@@ -249,85 +254,56 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
     }
   }
 
-  // ---- register layout
-  // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; row of slot i: i*16 + warp*4 + lane/8.
+  // ---- register layout: NP pieces of 4 consecutive elements along the state's contiguous dim
+  // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; thread rows r0 .. r0 + NR - 1
+  //         with r0 = (warp * 4 + lane / 8) * NR (consecutive: the staged inputs load as float4).
   // [V, K]: LK lanes per V row (4 K entries each, twice for KB = 256), RPW rows per warp pass.
   constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
-  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;  // 4-wide pieces per row per lane
+  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
   constexpr int RPW = VFirst ? 32 / LK : 1;
-  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;  // rows a thread holds
-  constexpr int NP = VFirst ? NR * EPL : NR;                // pieces a thread holds
+  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
+  constexpr int NP = VFirst ? NR * EPL : NR;
   float4 S[NP];
 
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
+  const int r0 = (warp * 4 + rsub) * NR;      // [K, V]: first row
+  const int c0 = v0 + cg * 4;                 // [K, V]: first column
   const int lk = lane % LK, rw = lane / LK;   // [V, K]
-  auto kv_row = [&](int i) { return i * 16 + warp * 4 + rsub; };         // K index
   auto vk_row = [&](int i) { return i * (4 * RPW) + warp * RPW + rw; };  // V index within the tile
   auto vk_col = [&](int e) { return e * 4 * LK + lk * 4; };              // K index
 
-  // Whole tile inside the state and 4-wide pieces aligned: every piece one vector access at a
-  // constant stride (the common case; the general path masks each piece).
-  const bool full = VFirst ? (p.K == KB && v0 + kTileV <= p.V) : (p.K == KB && v0 + kTileV <= p.V);
-  // element offset of piece `pi` inside one [HV, K, V] state, and how many of its 4 are valid
-  auto piece = [&](int pi, long long* off, int* nv) {
+  // offset (elements, inside one [HV, K, V] state) and valid count of piece pi
+  auto piece_off = [&](int pi) -> int {
     if constexpr (!VFirst) {
-      const int r = kv_row(pi), c = v0 + cg * 4;
-      *off = static_cast<long long>(r) * p.V + c;
-      *nv = r < p.K ? clamp_nv(p.V - c) : 0;
+      return (r0 + pi) * p.V + c0;
     } else {
-      const int i = pi / EPL, e = pi % EPL;
-      const int j = v0 + vk_row(i), c = vk_col(e);
-      *off = static_cast<long long>(j) * p.K + c;
-      *nv = j < p.V ? clamp_nv(p.K - c) : 0;
+      return (v0 + vk_row(pi / EPL)) * p.K + vk_col(pi % EPL);
     }
   };
-  auto store_state = [&](void* base, int dt, long long slot_off, bool vec) {
-    if (full && vec) {
-      long long off0;
-      int nv;
-      piece(0, &off0, &nv);
-      const long long step = VFirst ? 0 : 16LL * p.V;
-#pragma unroll
-      for (int pi = 0; pi < NP; ++pi) {
-        long long off = off0 + pi * step;
-        if constexpr (VFirst) piece(pi, &off, &nv);
-        st4_any(base, dt, slot_off + off, S[pi], true, 4);
-      }
-      return;
+  auto piece_nv = [&](int pi) -> int {
+    if constexpr (!VFirst) {
+      return r0 + pi < p.K ? clamp_nv(p.V - c0) : 0;
+    } else {
+      return v0 + vk_row(pi / EPL) < p.V ? clamp_nv(p.K - vk_col(pi % EPL)) : 0;
     }
+  };
+  // Whole tile inside the state: every piece one access (vector where aligned), no masks.
+  const bool full = p.K == KB && v0 + kTileV <= p.V;
+  auto store_state = [&](void* base, int dt, long long slot_off, bool vec) {
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
-      long long off;
-      int nv;
-      piece(pi, &off, &nv);
-      if (nv > 0) st4_any(base, dt, slot_off + off, S[pi], vec, nv);
+      const int nv = full ? 4 : piece_nv(pi);
+      if (nv > 0) st4_any(base, dt, slot_off + piece_off(pi), S[pi], vec, nv);
     }
   };
 
-  // ---- load the state (issued first: the token inputs' loads overlap it)
+  // ---- load the state first: the token inputs' loads and staging overlap it
   {
     const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
-    if (!p.has_state) {
 #pragma unroll
-      for (int pi = 0; pi < NP; ++pi) S[pi] = make_float4(0.f, 0.f, 0.f, 0.f);
-    } else if (full && p.vec_state) {
-      long long off0;
-      int nv;
-      piece(0, &off0, &nv);
-#pragma unroll
-      for (int pi = 0; pi < NP; ++pi) {
-        long long off = off0 + (VFirst ? 0 : pi * 16LL * p.V);
-        if constexpr (VFirst) piece(pi, &off, &nv);
-        S[pi] = ld4(src + off, true, 4);
-      }
-    } else {
-#pragma unroll
-      for (int pi = 0; pi < NP; ++pi) {
-        long long off;
-        int nv;
-        piece(pi, &off, &nv);
-        S[pi] = nv > 0 ? ld4(src + off, p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+    for (int pi = 0; pi < NP; ++pi) {
+      const int nv = full ? 4 : piece_nv(pi);
+      S[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
 
@@ -337,37 +313,70 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
   IO* o = static_cast<IO*>(p.o);
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
-    const long long qk0 = (tok * p.H + h) * p.K;
-    const float e_scalar = p.vector_gate ? 1.f : expf(log_decay(p, tok, hv, 0));
-    auto decay = [&](int c) { return p.vector_gate ? expf(log_decay(p, tok, hv, c)) : e_scalar; };
-
-    if constexpr (!VFirst) {
-      // ---- this thread's rows: q, k, decay; its columns: v, beta
-      float qr[NR], kr[NR], er[NR];
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        const int r = kv_row(i);
-        const bool ok = r < p.K;
-        qr[i] = ok ? to_f(q[qk0 + r]) : 0.f;
-        kr[i] = ok ? to_f(k[qk0 + r]) : 0.f;
-        er[i] = ok ? decay(r) : 1.f;
-      }
-      const int c0 = v0 + cg * 4;
-      const int ncol = clamp_nv(p.V - c0);
-      const float4 vv = ld4(v + (tok * p.HV + hv) * p.V + c0, p.vec_v, ncol);
-      float bb[4] = {0.f, 0.f, 0.f, 0.f};
-      if (p.delta) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) bb[j] = j < ncol ? beta_at(p, tok, hv, c0 + j) : 0.f;
-      }
-      // ---- decay, then a = S'^T k, b = S'^T q over these rows; the norms' partial sums
-      float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
+    if (t > 0) __syncthreads();  // the previous token's readers of the staged inputs are done
+    // ---- stage: rows (q, k, decay) with the norms' partial sums; warp 0 also v and beta
+    {
+      const long long qk0 = (tok * p.H + h) * p.K;
+      const float e_scalar = p.vector_gate ? 1.f : expf(log_decay(p, tok, hv, 0));
       float nq = 0.f, nk = 0.f, nqk = 0.f;
 #pragma unroll
+      for (int j = 0; j < (kRowsPerThread > 0 ? kRowsPerThread : 1); ++j) {
+        const int r = tid + j * kThreads;
+        if (r < KB) {
+          float qr = 0.f, kr = 0.f, er = 1.f;
+          if (r < p.K) {
+            qr = to_f(q[qk0 + r]);
+            kr = to_f(k[qk0 + r]);
+            er = p.vector_gate ? expf(log_decay(p, tok, hv, r)) : e_scalar;
+          }
+          sq[r] = qr;
+          sk[r] = kr;
+          se[r] = er;
+          nq += qr * qr;
+          nk += kr * kr;
+          nqk += qr * kr;
+        }
+      }
+      nq = group_sum<32>(nq);
+      nk = group_sum<32>(nk);
+      nqk = group_sum<32>(nqk);
+      if (lane == 0) red_n[warp] = make_float4(nq, nk, nqk, 0.f);
+      if (tid < kTileV) {
+        const int c = v0 + tid;
+        sv[tid] = c < p.V ? to_f(v[(tok * p.HV + hv) * p.V + c]) : 0.f;
+        sb[tid] = p.delta && c < p.V ? beta_at(p, tok, hv, c) : 0.f;
+      }
+    }
+    __syncthreads();
+    float4 nn = red_n[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {  // fixed order: deterministic
+      const float4 x = red_n[w];
+      nn = make_float4(nn.x + x.x, nn.y + x.y, nn.z + x.z, 0.f);
+    }
+    const float rq = p.l2norm ? rsqrtf(nn.x + 1e-6f) : 1.f;
+    const float rk = p.l2norm ? rsqrtf(nn.y + 1e-6f) : 1.f;
+    const float qs = rq * p.scale;
+    const float qk = nn.z * qs * rk;
+
+    if constexpr (!VFirst) {
+      // ---- decay, then a = S'^T k, b = S'^T q over this thread's rows
+      float qr[NR], kr[NR], er[NR];
+#pragma unroll
+      for (int i = 0; i < NR; i += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(sq + r0 + i);
+        const float4 y = *reinterpret_cast<const float4*>(sk + r0 + i);
+        const float4 z = *reinterpret_cast<const float4*>(se + r0 + i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          qr[i + j] = f4(x, j);
+          kr[i + j] = f4(y, j);
+          er[i + j] = f4(z, j);
+        }
+      }
+      float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
       for (int i = 0; i < NR; ++i) {
-        nq += qr[i] * qr[i];
-        nk += kr[i] * kr[i];
-        nqk += qr[i] * kr[i];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           f4(S[i], j) *= er[i];
@@ -382,33 +391,26 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
           a[j] += __shfl_xor_sync(0xffffffffu, a[j], m);
           b[j] += __shfl_xor_sync(0xffffffffu, b[j], m);
         }
-        nq += __shfl_xor_sync(0xffffffffu, nq, m);
-        nk += __shfl_xor_sync(0xffffffffu, nk, m);
-        nqk += __shfl_xor_sync(0xffffffffu, nqk, m);
       }
       const int buf = static_cast<int>(t & 1);
       if (rsub == 0) {
         red_ab[buf][warp][0][cg] = make_float4(a[0], a[1], a[2], a[3]);
         red_ab[buf][warp][1][cg] = make_float4(b[0], b[1], b[2], b[3]);
-        if (cg == 0) red_n[buf][warp] = make_float4(nq, nk, nqk, 0.f);
       }
       __syncthreads();
-      float4 A = make_float4(0.f, 0.f, 0.f, 0.f), B = A, Nn = A;
+      float4 A = red_ab[buf][0][0][cg], B = red_ab[buf][0][1][cg];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {  // fixed order: deterministic
-        const float4 x = red_ab[buf][w][0][cg], y = red_ab[buf][w][1][cg], z = red_n[buf][w];
+      for (int w = 1; w < kWarps; ++w) {  // fixed order: deterministic
+        const float4 x = red_ab[buf][w][0][cg], y = red_ab[buf][w][1][cg];
         A = make_float4(A.x + x.x, A.y + x.y, A.z + x.z, A.w + x.w);
         B = make_float4(B.x + y.x, B.y + y.y, B.z + y.z, B.w + y.w);
-        Nn = make_float4(Nn.x + z.x, Nn.y + z.y, Nn.z + z.z, 0.f);
       }
-      const float rq = p.l2norm ? rsqrtf(Nn.x + 1e-6f) : 1.f;
-      const float rk = p.l2norm ? rsqrtf(Nn.y + 1e-6f) : 1.f;
-      const float qs = rq * p.scale;
-      const float qk = Nn.z * qs * rk;
+      const float4 vv = *reinterpret_cast<const float4*>(sv + cg * 4);
+      const float4 bb = *reinterpret_cast<const float4*>(sb + cg * 4);
       float4 u, ov;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float uj = p.delta ? bb[j] * (f4(vv, j) - f4(A, j) * rk) : f4(vv, j);
+        const float uj = p.delta ? f4(bb, j) * (f4(vv, j) - f4(A, j) * rk) : f4(vv, j);
         f4(u, j) = uj;
         f4(ov, j) = f4(B, j) * qs + qk * uj;
       }
@@ -418,40 +420,23 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
 #pragma unroll
         for (int j = 0; j < 4; ++j) f4(S[i], j) += kn * f4(u, j);
       }
+      const int ncol = clamp_nv(p.V - c0);
       if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, p.vec_o, ncol);
     } else {
-      // ---- [V, K]: this thread's K entries (q, k, decay) and V rows (v, beta); every
-      // reduction stays within a row's LK lanes, which hold all of K: no barrier
+      // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle, no barrier
       float qq[EPL][4], kk[EPL][4], ek[EPL][4];
-      float nq = 0.f, nk = 0.f, nqk = 0.f;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) {
+        const float4 x = *reinterpret_cast<const float4*>(sq + vk_col(e));
+        const float4 y = *reinterpret_cast<const float4*>(sk + vk_col(e));
+        const float4 z = *reinterpret_cast<const float4*>(se + vk_col(e));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int c = vk_col(e) + j;
-          const bool ok = c < p.K;
-          qq[e][j] = ok ? to_f(q[qk0 + c]) : 0.f;
-          kk[e][j] = ok ? to_f(k[qk0 + c]) : 0.f;
-          ek[e][j] = ok ? decay(c) : 1.f;
-          nq += qq[e][j] * qq[e][j];
-          nk += kk[e][j] * kk[e][j];
-          nqk += qq[e][j] * kk[e][j];
+          qq[e][j] = f4(x, j);
+          kk[e][j] = f4(y, j) * rk;
+          ek[e][j] = f4(z, j);
         }
       }
-      float vr[NR], br[NR];
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        const int jv = v0 + vk_row(i);
-        vr[i] = jv < p.V ? to_f(v[(tok * p.HV + hv) * p.V + jv]) : 0.f;
-        br[i] = p.delta && jv < p.V ? beta_at(p, tok, hv, jv) : 0.f;
-      }
-      nq = group_sum<LK>(nq);
-      nk = group_sum<LK>(nk);
-      nqk = group_sum<LK>(nqk);
-      const float rq = p.l2norm ? rsqrtf(nq + 1e-6f) : 1.f;
-      const float rk = p.l2norm ? rsqrtf(nk + 1e-6f) : 1.f;
-      const float qs = rq * p.scale;
-      const float qk = nqk * qs * rk;
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         float a = 0.f, b = 0.f;
@@ -467,14 +452,14 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
         }
         a = group_sum<LK>(a);
         b = group_sum<LK>(b);
-        const float uj = p.delta ? br[i] * (vr[i] - a * rk) : vr[i];
+        const int jr = vk_row(i);
+        const float uj = p.delta ? sb[jr] * (sv[jr] - a) : sv[jr];
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) f4(S[i * EPL + e], j) += kk[e][j] * rk * uj;
+          for (int j = 0; j < 4; ++j) f4(S[i * EPL + e], j) += kk[e][j] * uj;
         }
-        const int jv = v0 + vk_row(i);
-        if (lk == 0 && jv < p.V) o[(tok * p.HV + hv) * p.V + jv] = from_f<IO>(b * qs + qk * uj);
+        if (lk == 0 && v0 + jr < p.V) o[(tok * p.HV + hv) * p.V + v0 + jr] = from_f<IO>(b * qs + qk * uj);
       }
     }
 

@@ -177,19 +177,32 @@ __device__ __forceinline__ float group_sum(float x) {
 // IO: q/k/v/o element type; ST: the state's; VFirst: [V, K] state layout; KB: K rounded up to
 // 64, 128 or 256.
 //
-// Per token: the CTA stages the token's inputs once (thread r: q_r, k_r and the decay of row r;
-// warp 0 also v and beta of the tile's 32 columns) with the l2 norms' and q.k's partial sums,
-// then every thread works on its state registers. The decode is bandwidth-bound only if this
-// stays lean: inputs are computed once per CTA (not per thread), index math is 32-bit, and a full
-// tile moves as back-to-back 16-byte accesses at a constant stride.
+// The decode is bandwidth-bound only if enough state bytes are in flight on every SM while each
+// CTA goes through its latency-bound phases (index loads, input staging, reductions). So the
+// state tile lives in shared memory (float32, each thread's pieces at [piece][thread]), not in
+// registers: a CTA needs ~64 registers a thread and 8 or more CTAs share an SM. Each thread
+// reads back only the pieces it loaded itself (no barrier for that). Per token:
+//   stage   thread r: q_r, k_r, decay_r (+ the l2 norms' and q.k partial sums); warp 0: v, beta
+//   pass 1  S' = Diag(e) S, a = S'^T k, b = S'^T q          (S' recomputed in pass 2, bitwise)
+//   reduce  [K, V]: shuffles over the warp's row groups, then the warps in a fixed order
+//   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T, written back / stored
 template <typename IO, typename ST, bool VFirst, int KB>
-__global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
   constexpr int kWarps = kThreads / 32;
-  constexpr int kRowsPerThread = KB / kThreads;  // staging: 1 or 2 rows a thread (KB >= 128), else 0/1
+  constexpr int kRowsPerThread = KB / kThreads;  // staging: rows a thread (0 means 1, r < KB)
+  // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; thread rows r0 .. r0 + NR - 1
+  //         with r0 = (warp * 4 + lane / 8) * NR (consecutive: the staged inputs load as float4).
+  // [V, K]: LK lanes per V row (4 K entries each, twice for KB = 256), RPW rows per warp pass.
+  constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
+  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
+  constexpr int RPW = VFirst ? 32 / LK : 1;
+  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
+  constexpr int NP = VFirst ? NR * EPL : NR;  // 4-wide pieces a thread holds
+  __shared__ float4 sS[NP][kThreads];
   __shared__ __align__(16) float sq[KB], sk[KB], se[KB];
-  __shared__ float sv[kTileV], sb[kTileV];
-  __shared__ float4 red_n[kWarps];                       // per warp: |q|^2, |k|^2, q.k partials
-  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];    // [K, V]: a, b partials per warp
+  __shared__ __align__(16) float sv[kTileV], sb[kTileV];
+  __shared__ float4 red_n[kWarps];                     // per warp: |q|^2, |k|^2, q.k partials
+  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];  // [K, V]: a, b partials per warp
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned nvt = (static_cast<unsigned>(p.V) + kTileV - 1) / kTileV;
@@ -254,24 +267,12 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
     }
   }
 
-  // ---- register layout: NP pieces of 4 consecutive elements along the state's contiguous dim
-  // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; thread rows r0 .. r0 + NR - 1
-  //         with r0 = (warp * 4 + lane / 8) * NR (consecutive: the staged inputs load as float4).
-  // [V, K]: LK lanes per V row (4 K entries each, twice for KB = 256), RPW rows per warp pass.
-  constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
-  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
-  constexpr int RPW = VFirst ? 32 / LK : 1;
-  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
-  constexpr int NP = VFirst ? NR * EPL : NR;
-  float4 S[NP];
-
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
   const int r0 = (warp * 4 + rsub) * NR;      // [K, V]: first row
   const int c0 = v0 + cg * 4;                 // [K, V]: first column
   const int lk = lane % LK, rw = lane / LK;   // [V, K]
   auto vk_row = [&](int i) { return i * (4 * RPW) + warp * RPW + rw; };  // V index within the tile
   auto vk_col = [&](int e) { return e * 4 * LK + lk * 4; };              // K index
-
   // offset (elements, inside one [HV, K, V] state) and valid count of piece pi
   auto piece_off = [&](int pi) -> int {
     if constexpr (!VFirst) {
@@ -280,31 +281,28 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
       return (v0 + vk_row(pi / EPL)) * p.K + vk_col(pi % EPL);
     }
   };
+  // Whole tile inside the state: every piece valid (the general path masks each piece).
+  const bool full = p.K == KB && v0 + kTileV <= p.V;
   auto piece_nv = [&](int pi) -> int {
+    if (full) return 4;
     if constexpr (!VFirst) {
       return r0 + pi < p.K ? clamp_nv(p.V - c0) : 0;
     } else {
       return v0 + vk_row(pi / EPL) < p.V ? clamp_nv(p.K - vk_col(pi % EPL)) : 0;
     }
   };
-  // Whole tile inside the state: every piece one access (vector where aligned), no masks.
-  const bool full = p.K == KB && v0 + kTileV <= p.V;
-  auto store_state = [&](void* base, int dt, long long slot_off, bool vec) {
-#pragma unroll
-    for (int pi = 0; pi < NP; ++pi) {
-      const int nv = full ? 4 : piece_nv(pi);
-      if (nv > 0) st4_any(base, dt, slot_off + piece_off(pi), S[pi], vec, nv);
-    }
-  };
 
-  // ---- load the state first: the token inputs' loads and staging overlap it
+  // ---- the state into shared memory (its loads overlap the first token's staging)
   {
     const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
+    float4 x[NP];
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
-      const int nv = full ? 4 : piece_nv(pi);
-      S[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const int nv = piece_nv(pi);
+      x[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
   }
 
   const IO* q = static_cast<const IO*>(p.q);
@@ -359,8 +357,42 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
     const float qs = rq * p.scale;
     const float qk = nn.z * qs * rk;
 
+    // where pass 2 sends the new state: shared memory (more tokens), the pool / final_state
+    const bool last = t + 1 == len;
+    bool to_global = false;
+    void* dst = nullptr;
+    int dst_dt = sizeof(ST) == 4 ? 2 : 1;
+    bool dst_vec = p.vec_state;
+    long long dst_off = 0;
+    if (p.indices_2d) {
+      const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
+      if (w >= p.pool_slots) {
+        flag(1);
+      } else if (w >= 0) {
+        to_global = true;
+        dst = p.state;
+        dst_off = w * p.state_stride + hv * KV;
+      }
+    } else if (last && p.inplace) {
+      to_global = true;
+      dst = p.state;
+      dst_off = rslot * p.state_stride + hv * KV;
+    } else if (last && p.has_final) {
+      to_global = true;
+      dst = p.final_state;
+      dst_dt = p.final_dt;
+      dst_vec = p.vec_final;
+      dst_off = static_cast<long long>(n) * p.HV * KV + hv * KV;
+    }
+    auto emit = [&](int pi, const float4& x) {  // the new state's piece pi
+      if (!last) sS[pi][tid] = x;
+      if (to_global) {
+        const int nv = piece_nv(pi);
+        if (nv > 0) st4_any(dst, dst_dt, dst_off + piece_off(pi), x, dst_vec, nv);
+      }
+    };
+
     if constexpr (!VFirst) {
-      // ---- decay, then a = S'^T k, b = S'^T q over this thread's rows
       float qr[NR], kr[NR], er[NR];
 #pragma unroll
       for (int i = 0; i < NR; i += 4) {
@@ -374,14 +406,16 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
           er[i + j] = f4(z, j);
         }
       }
+      // ---- pass 1: a = S'^T k, b = S'^T q over this thread's rows
       float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
+        const float4 x = sS[i][tid];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          f4(S[i], j) *= er[i];
-          a[j] += kr[i] * f4(S[i], j);
-          b[j] += qr[i] * f4(S[i], j);
+          const float sd = f4(x, j) * er[i];
+          a[j] += kr[i] * sd;
+          b[j] += qr[i] * sd;
         }
       }
 #pragma unroll
@@ -414,14 +448,17 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
         f4(u, j) = uj;
         f4(ov, j) = f4(B, j) * qs + qk * uj;
       }
+      const int ncol = clamp_nv(p.V - c0);
+      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, p.vec_o, ncol);
+      // ---- pass 2: S = S' + k u^T
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         const float kn = kr[i] * rk;
+        float4 x = sS[i][tid];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) f4(S[i], j) += kn * f4(u, j);
+        for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * f4(u, j);
+        emit(i, x);
       }
-      const int ncol = clamp_nv(p.V - c0);
-      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, p.vec_o, ncol);
     } else {
       // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle, no barrier
       float qq[EPL][4], kk[EPL][4], ek[EPL][4];
@@ -442,44 +479,27 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 4 : 2) recurrent_decode_
         float a = 0.f, b = 0.f;
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
+          const float4 x = sS[i * EPL + e][tid];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            float& s = f4(S[i * EPL + e], j);
-            s *= ek[e][j];
-            a += kk[e][j] * s;
-            b += qq[e][j] * s;
+            const float sd = f4(x, j) * ek[e][j];
+            a += kk[e][j] * sd;
+            b += qq[e][j] * sd;
           }
         }
         a = group_sum<LK>(a);
         b = group_sum<LK>(b);
         const int jr = vk_row(i);
         const float uj = p.delta ? sb[jr] * (sv[jr] - a) : sv[jr];
+        if (lk == 0 && v0 + jr < p.V) o[(tok * p.HV + hv) * p.V + v0 + jr] = from_f<IO>(b * qs + qk * uj);
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
+          float4 x = sS[i * EPL + e][tid];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) f4(S[i * EPL + e], j) += kk[e][j] * uj;
+          for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * ek[e][j] + kk[e][j] * uj;
+          emit(i * EPL + e, x);
         }
-        if (lk == 0 && v0 + jr < p.V) o[(tok * p.HV + hv) * p.V + v0 + jr] = from_f<IO>(b * qs + qk * uj);
       }
-    }
-
-    // ---- per-token states (speculative decoding), in place
-    if (p.indices_2d) {
-      const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
-      if (w >= p.pool_slots) {
-        flag(1);
-      } else if (w >= 0) {
-        store_state(p.state, sizeof(ST) == 4 ? 2 : 1, w * p.state_stride + hv * KV, p.vec_state);
-      }
-    }
-  }
-
-  // ---- the final state: back into the pool / initial-state buffer, or to final_state
-  if (!p.indices_2d) {
-    if (p.inplace) {
-      store_state(p.state, sizeof(ST) == 4 ? 2 : 1, rslot * p.state_stride + hv * KV, p.vec_state);
-    } else if (p.has_final) {
-      store_state(p.final_state, p.final_dt, static_cast<long long>(n) * p.HV * KV + hv * KV, p.vec_final);
     }
   }
 }

@@ -96,7 +96,7 @@ def ours(family, x):
         num_accepted_tokens=x["acc"], inplace_final_state=True, use_qk_l2norm_in_kernel=True, out=out)
 
 
-def fla(family, x):
+def fla_call(family, x):
     """FLA's kernel for the same step, or None where FLA has no such call."""
     if family == "kda":
         from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
@@ -152,7 +152,7 @@ def main():
         torch.manual_seed(0)
         x = make(fam, N, T, pd, spec=spec)
         t_ours = graph_time(ours(fam, x))
-        f = fla(fam, x)
+        f = fla_call(fam, x)
         t_fla = None
         if f is not None:
             try:

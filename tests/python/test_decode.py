@@ -18,7 +18,7 @@ from helpers import rel_err
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and linattn.cuda_available() else [])
 
 
-def _inputs(family, N=4, T=1, H=2, HV=4, K=64, V=32, dtype=torch.bfloat16, device="cpu", seed=0,
+def _inputs(family, N=4, T=1, H=2, HV=4, K=64, V=64, dtype=torch.bfloat16, device="cpu", seed=0,
             pool_slots=None):
     g_ = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g_)  # noqa: E731

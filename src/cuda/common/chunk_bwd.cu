@@ -1,22 +1,21 @@
 // Host side of the CUDA delta-rule backward (KDA, GDN) and its token-parallel kernels: the path
-// choice (BackwardMode), input preparation (float32 copies of 16-bit inputs; l2norm, gate, beta),
+// choice (Options::backward_precision, Problem::token_replay), input preparation (float32 copies of 16-bit inputs; l2norm, gate, beta),
 // the final fixed-order reductions and the transforms' backward. The token-recurrence kernels are
 // in chunk_bwd_token.cu; design in chunk_bwd.cuh.
 #include "cuda/common/chunk_bwd.hpp"
 #include "cuda/common/host_util.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/heuristics.hpp"
+#include "cuda/config/limits.hpp"
+#include "cuda/host/stage_timer.hpp"
 
 namespace linattn::cuda {
 namespace bwd {
@@ -88,8 +87,8 @@ __global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, 
 #pragma unroll
   for (int m = 0; m < kMaxKPerLane; ++m) {
     const int c = lane + 32 * m;
-    xq[m] = c < K ? ldf(q, dt, base + c) : 0.f;
-    xk[m] = c < K ? ldf(k, dt, base + c) : 0.f;
+    xq[m] = c < K ? kern::load_any(q, dt, base + c) : 0.f;
+    xk[m] = c < K ? kern::load_any(k, dt, base + c) : 0.f;
     sq += xq[m] * xq[m];
     sk += xk[m] * xk[m];
   }
@@ -115,18 +114,18 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int hv = static_cast<int>(row % HV);
-  const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+  const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
   for (int c = lane; c < KG; c += 32) {
     float val = 1.f;
     if (has_g) {
-      const float raw = ldf(g, g_dt, row * KG + c);
-      const float dtb = (ga.kind != 0 && ga.has_dtb) ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
+      const float raw = kern::load_any(g, g_dt, row * KG + c);
+      const float dtb = (ga.kind != 0 && ga.has_dtb) ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
       val = expf(gate_fwd(ga, raw, dtb, alog));
     }
     e[row * KG + c] = val;
   }
   if (lane == 0) {
-    float b = ldf(beta, beta_dt, row);
+    float b = kern::load_any(beta, beta_dt, row);
     if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * sigm(b);
     bt[row] = b;
   }
@@ -230,15 +229,15 @@ __global__ void finish_gb_kernel(const FinishGB p) {
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
     const GateArgs& ga = p.ga;
-    const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
     if (p.KG > 1) {
       float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
-        raw[m] = c < K ? ldf(p.g, p.g_dt, row * K + c) : 0.f;
-        dtb[m] = c < K && ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
       }
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
@@ -252,8 +251,8 @@ __global__ void finish_gb_kernel(const FinishGB p) {
       da = warp_sum(da);
     } else {
       dsum = warp_sum(dsum);
-      const float raw = ldf(p.g, p.g_dt, row);
-      const float dtb = ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
+      const float raw = kern::load_any(p.g, p.g_dt, row);
+      const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
       const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da);
       if (lane == 0) {
         if (p.dg) stf(p.dg, p.g_dt, row, d);
@@ -267,7 +266,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
     if (p.beta_mode != 0) {
-      const float sg = sigm(ldf(p.beta, p.beta_dt, row));
+      const float sg = sigm(kern::load_any(p.beta, p.beta_dt, row));
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
     stf(p.dbeta, p.beta_dt, row, s * der);
@@ -329,11 +328,12 @@ __global__ void widen_kernel(const WidenArgs a) {
     }
     tail = n8 * 8;
   }
-  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = ldf(src, a.dt, i);
+  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = kern::load_any(src, a.dt, i);
 }
 
-constexpr std::size_t kAlign = 256;
-std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+using config::align_up;
+using config::kAlign;
+using config::kMaxSmem;
 
 struct Plan {
   int NV = 0, NS = 1, tps = 1, KG = 1;
@@ -344,12 +344,7 @@ struct Plan {
     NV = static_cast<int>(p.V / kVT);
     KG = p.vector_gate ? static_cast<int>(p.K) : 1;
     tokens = p.B * p.T;
-    // V splits: enough CTAs to fill the GPU, at most 4 (the partial buffers scale with it)
-    const int64_t ctas = std::max<int64_t>(1, p.N * p.HV);
-    const int64_t want = std::max<int64_t>(1, (512 + ctas - 1) / ctas);
-    NS = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(NV), int64_t{4}, want}));
-    tps = (NV + NS - 1) / NS;
-    NS = (NV + tps - 1) / tps;
+    config::token_v_splits(NV, p.N * p.HV, &NS, &tps);
     const std::size_t T = static_cast<std::size_t>(tokens);
     const std::size_t qk = T * p.H * p.K * 4, tv = T * p.HV * p.K * 4, th = T * p.HV * 4;
     std::size_t o = 0;
@@ -586,81 +581,31 @@ struct SavedForwardPlan {
   }
 };
 
-// set_backward_mode's setting (a BackwardMode).
-std::atomic<int> g_mode{kBackwardFromEnv};
-
-enum class Path { kChunked, kChunked16, kChunkedSplit, kChunked32, kToken };
-
-// Pass 1's split form needs KgT's low half staged beside its other operands: at K = 256 that does
-// not fit shared memory, and the default computes in float32 there instead.
-bool split_fits(const detail::Problem& p) {
-  return dh_smem_bytes(dtype_code(p.dtype), static_cast<int>(p.K), 1, true) <= 227 * 1024;
-}
-
 // The gradients of the gate parameters A_log and dt_bias are per-head sums over every token of
 // dg times the gate's derivative, and they cancel heavily: 16-bit intermediates, even split, leave
 // them up to 0.2 off on SPEC's test cases (dg itself is within 4e-3). With those parameters the
 // default therefore computes in float32.
 bool needs_float32(const detail::Problem& p) { return p.has_g && (p.has_A_log || p.has_dt_bias); }
 
-Compute compute_of(const detail::Problem& p, Path path) {
-  if (p.dtype == DType::kFloat32 || path == Path::kChunked32) return Compute::kFloat32;
-  if (path == Path::kChunked16) return Compute::kSixteen;
-  if (path == Path::kChunked && needs_float32(p)) return Compute::kFloat32;
-  return split_fits(p) ? Compute::kSplit : Compute::kFloat32;
-}
-
-// The path p runs under the current setting, or kInvalidArgument for an unknown LINATTN_CUDA_BWD
-// (a typo must not silently run another path). The default is the chunked form; for 16-bit
-// inputs it computes in the input type with hi + lo halves at the few operands whose rounding
-// otherwise puts dβ above SPEC's 1e-2 (docs/chunked_backward.md, "Precision on 16-bit inputs"),
-// and in float32 when the gate parameters' gradients are asked for (needs_float32).
-Status choose_path(const detail::Problem& p, Path* path) {
-  int m = g_mode.load(std::memory_order_relaxed);
-  if (m == kBackwardFromEnv) {
-    m = kBackwardChunked;
-    const char* e = std::getenv("LINATTN_CUDA_BWD");
-    if (e && *e) {  // set and not empty
-      if (std::strcmp(e, "chunked") == 0) m = kBackwardChunked;
-      else if (std::strcmp(e, "chunked16") == 0) m = kBackwardChunked16;
-      else if (std::strcmp(e, "chunked32") == 0) m = kBackwardChunked32;
-      else if (std::strcmp(e, "split") == 0) m = kBackwardSplit;
-      else if (std::strcmp(e, "token") == 0) m = kBackwardToken;
-      else
-        return Status::Invalid(std::string("LINATTN_CUDA_BWD=") + e +
-                               " is not a CUDA backward mode; accepted: chunked (the default: the chunked form; "
-                               "16-bit inputs with hi + lo halves where accuracy needs them, in float32 when the "
-                               "gate's A_log / dt_bias are given), split (the hi + lo form always), chunked16 (the "
-                               "chunked form in the 16-bit input type alone), chunked32 (the chunked form "
-                               "computed in float32), token (the float32 token replay), or unset");
-    }
-  }
-  if (m == kBackwardToken) *path = Path::kToken;
-  else if (m == kBackwardChunked16 && p.dtype != DType::kFloat32) *path = Path::kChunked16;
-  else if (m == kBackwardChunked32) *path = Path::kChunked32;
-  else if (m == kBackwardSplit) *path = Path::kChunkedSplit;
-  else *path = Path::kChunked;
-  return Status::Ok();
+// The compute form of the chunked path, from Options::backward_precision (linattn.hpp). kAuto: for
+// 16-bit inputs the input type with hi + lo halves at the few operands whose rounding otherwise
+// puts dβ above SPEC's 1e-2 (docs/chunked_backward.md, "Precision on 16-bit inputs"), and float32
+// when the gate parameters' gradients are asked for (needs_float32) or the split form does not
+// fit (config::split_fits). A saved buffer is written and read in this form.
+Compute compute_of(const detail::Problem& p) {
+  const BackwardPrecision bp = p.opt.backward_precision;
+  if (p.dtype == DType::kFloat32 || bp == BackwardPrecision::kFloat32) return Compute::kFloat32;
+  if (bp == BackwardPrecision::kFast16) return Compute::kSixteen;
+  if (bp == BackwardPrecision::kAuto && needs_float32(p)) return Compute::kFloat32;
+  return config::split_fits(p) ? Compute::kSplit : Compute::kFloat32;
 }
 
 // p.has_saved: the backward is given a saved buffer (the token replay does not read it).
-std::size_t workspace_of(const detail::Problem& p, Path path) {
-  return path == Path::kToken ? Plan(p).total : ChunkPlan(p, compute_of(p, path), p.has_saved).total;
+std::size_t workspace_of(const detail::Problem& p) {
+  return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), p.has_saved).total;
 }
 
-Status supported(const detail::Problem& p) {
-  if (p.family != Family::kKDA && p.family != Family::kGDN)
-    return Status::Unsupported("CUDA backward: KDA and GDN only");
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32)
-    return Status::Unsupported(std::string("CUDA backward takes bfloat16, float16 or float32 q/k/v, got ") +
-                               dtype_name(p.dtype));
-  auto ok = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
-  if (!ok(p.K)) return Status::Unsupported("CUDA backward supports K in {64, 128, 256}, got " + std::to_string(p.K));
-  if (!ok(p.V)) return Status::Unsupported("CUDA backward supports V in {64, 128, 256}, got " + std::to_string(p.V));
-  if (p.B * p.T >= (int64_t{1} << 31) || p.N > 65535 || p.HV > 65535)
-    return Status::Unsupported("CUDA backward: problem too large for its index types");
-  return Status::Ok();
-}
+Status supported(const detail::Problem& p) { return config::can_implement(p, "backward"); }
 
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
 
@@ -753,7 +698,6 @@ struct FrontOutputs {
 // buffer (the same kernels with the same inputs: bitwise the same values).
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
                  const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st) {
-  constexpr std::size_t kMaxSmem = 227 * 1024;
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   if (p.num_chunks > 0) {
@@ -762,12 +706,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     pp.k = k_in;
     pp.v = v_in;
     pp.chunks = b.chunks;
-    std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
-    pp.q_in_smem = 1;
-    if (smem > 200 * 1024) {
-      smem = kern::prep_smem_bytes(cdt, K, false);
-      pp.q_in_smem = 0;
-    }
+    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
+    pp.q_in_smem = smem.q_in_smem;
     pp.W = b.W;
     pp.U = b.U;
     pp.Qg = b.Qg;
@@ -779,8 +719,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
       pp.U_lo = b.U_lo;
       pp.KgT_lo = b.KgT_lo;
     }
-    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem), st)
-                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem), st);
+    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem.bytes), st)
+                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
   }
   if (p.N > 0) {
@@ -809,13 +749,11 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     sp.K = K;
     sp.V = V;
     sp.v_first = p.opt.state_v_first ? 1 : 0;
-    int stages = 2;
-    std::size_t smem = kern::state_smem_bytes(cdt, K, 2);
-    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(cdt, K, 1); }
-    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(cdt, K, 0); }
-    sp.stages = stages;
+    const config::Staged sg = config::state_stages(cdt, K);
+    const std::size_t smem = sg.smem;
+    sp.stages = sg.stages;
     if (split) {
-      if (stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
+      if (sg.stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
       sp.U_lo = b.U_lo;
       sp.vnew_lo = b.vnew_lo;  // may be U_lo: each element is read before it is written, same thread
     }
@@ -825,18 +763,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   return Status::Ok();
 }
 
-// The compute form a saved buffer is written and read in: the chunked path's under the current
-// setting (the token replay does not read saved buffers; its forward writes the default form's).
-Status saved_compute(const detail::Problem& p, Compute* c) {
-  Path path = Path::kChunked;
-  if (Status s = choose_path(p, &path); !s.ok()) return s;
-  *c = compute_of(p, path == Path::kToken ? Path::kChunked : path);
-  return Status::Ok();
-}
-
 const char* compute_name(int32_t c) {
   switch (static_cast<Compute>(c)) {
-    case Compute::kSixteen: return "chunked16";
+    case Compute::kSixteen: return "fast16";
     case Compute::kSplit: return "split";
     case Compute::kFloat32: return "float32";
   }
@@ -862,7 +791,7 @@ Status check_saved_header(const detail::Problem& p, Compute compute, const void*
   if (std::memcmp(&same, &want, sizeof want) == 0)
     return Status::Invalid(std::string("saved was written for the ") + compute_name(got.compute) +
                            " backward form, this backward runs the " + compute_name(want.compute) +
-                           " form (LINATTN_CUDA_BWD or set_backward_mode changed between forward and backward)");
+                           " form (Options::backward_precision differs between the forward and the backward)");
   return Status::Invalid("saved was not written by a CUDA forward of this problem (family, dtype, sizes, "
                          "sequences, input transforms, scale or state layout differ)");
 }
@@ -870,22 +799,13 @@ Status check_saved_header(const detail::Problem& p, Compute compute, const void*
 }  // namespace
 }  // namespace bwd
 
-void set_backward_mode(int mode) {
-  const bool known = mode == kBackwardChunked || mode == kBackwardToken || mode == kBackwardChunked16 ||
-                     mode == kBackwardChunked32 || mode == kBackwardSplit;
-  bwd::g_mode.store(known ? mode : kBackwardFromEnv);
-}
-void set_token_backward(int mode) { set_backward_mode(mode); }
-
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
   if (!bwd::supported(p).ok()) return 0;
-  bwd::Path path = bwd::Path::kChunked;
-  if (!bwd::choose_path(p, &path).ok()) return 0;
-  return bwd::workspace_of(p, path);
+  return bwd::workspace_of(p);
 }
 
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
-                        Workspace ws, cudaStream_t st) {
+                        Workspace ws, cudaStream_t st, StageTimer* timer) {
   using namespace bwd;
   Status s = supported(p);
   if (!s.ok()) return s;
@@ -896,16 +816,14 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
                      {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
                      {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
   if (!s.ok()) return s;
-  Path path = Path::kChunked;
-  s = choose_path(p, &path);
-  if (!s.ok()) return s;
-  const bool token = path == Path::kToken;
+  const bool token = p.token_replay;
   const bool from_saved = !token && in.saved.present();
-  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute_of(p, path), from_saved).total;
+  const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
   // The saved buffer's shape checks need no device; its header is read after the switch to it.
-  const Compute saved_form = compute_of(p, path);
+  const Compute saved_form = compute;
   const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
   const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
   auto saved_size_error = [&] {
@@ -929,7 +847,6 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
   const int64_t tokens = p.B * p.T;
-  static_assert(sizeof(SeqInfo) == sizeof(kern::SeqInfo), "bwd::SeqInfo mirrors kern::SeqInfo");
 
   const GateArgs ga = gate_args(p, f);
   const int beta_mode = beta_mode_code(p);
@@ -1002,7 +919,6 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     draw = reinterpret_cast<float*>(base + pl.draw);
     da = reinterpret_cast<float*>(base + pl.da);
   } else {
-    const Compute compute = compute_of(p, path);
     const ChunkPlan pl(p, compute, from_saved);
     KG = pl.KG;
     if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
@@ -1020,32 +936,10 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     const void* k_in = f.k.data;
     const void* v_in = f.v.data;
     const void* do_in = in.d_o.data;
-    // LINATTN_BWD_PROFILE=1: per-stage times on stderr (synchronises; for benchmarks only)
-    const bool prof = std::getenv("LINATTN_BWD_PROFILE") != nullptr;
-    std::vector<cudaEvent_t> evs;
-    std::vector<const char*> stage;  // stage[i]: what ran between evs[i] and evs[i + 1]
+    // Benchmarks: stage boundaries on the caller's timer (none in the product).
     auto mark = [&](const char* next) {
-      if (!prof) return;
-      cudaEvent_t ev;
-      cudaEventCreate(&ev);
-      cudaEventRecord(ev, st);
-      evs.push_back(ev);
-      stage.push_back(next);
+      if (timer) timer->mark(next, st);
     };
-    struct ProfPrint {
-      std::vector<cudaEvent_t>* evs;
-      std::vector<const char*>* stage;
-      ~ProfPrint() {
-        if (evs->empty()) return;
-        cudaEventSynchronize(evs->back());
-        for (std::size_t i = 1; i < evs->size(); ++i) {
-          float ms = 0;
-          cudaEventElapsedTime(&ms, (*evs)[i - 1], (*evs)[i]);
-          std::fprintf(stderr, "[bwd profile] %s %.3f ms\n", (*stage)[i - 1], ms);
-        }
-        for (cudaEvent_t e : *evs) cudaEventDestroy(e);
-      }
-    } prof_print{&evs, &stage};
     mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
     if (pl.widen && tokens > 0) {
       const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
@@ -1059,7 +953,6 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       do_in = dst[3];
       mark(from_saved ? "pass1" : "prep+state");
     }
-    constexpr std::size_t kMaxSmem = 227 * 1024;
     if (!from_saved) {
       // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
       if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
@@ -1074,7 +967,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       dp.W = fb.W;
       dp.gexp = fb.gexp;
       dp.d_o = do_in;
-      dp.seqs = reinterpret_cast<const SeqInfo*>(fb.seqs);
+      dp.seqs = fb.seqs;
       dp.dht = in.dht.present() ? in.dht.data : nullptr;
       dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
       dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
@@ -1086,12 +979,10 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
       dp.K = K;
       dp.V = V;
       dp.v_first = p.opt.state_v_first ? 1 : 0;
-      int stages = 2;
-      std::size_t smem = dh_smem_bytes(cdt, K, 2, pl.split);
-      if (smem > kMaxSmem) { stages = 1; smem = dh_smem_bytes(cdt, K, 1, pl.split); }
-      if (smem > kMaxSmem) { stages = 0; smem = dh_smem_bytes(cdt, K, 0, pl.split); }
-      if (stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
-      dp.stages = stages;
+      const config::Staged sg = config::dh_stages(cdt, K, pl.split);
+      const std::size_t smem = sg.smem;
+      if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+      dp.stages = sg.stages;
       if (pl.split) {
         dp.KgT_lo = fb.KgT_lo;
         dp.dN_lo = base + pl.dN_lo;
@@ -1216,15 +1107,13 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 
 
 std::size_t saved_kda_gdn_bytes(const detail::Problem& p) {
-  bwd::Compute c{};
-  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
-  return bwd::SavedLayout(p, c).total;
+  if (!bwd::supported(p).ok()) return 0;
+  return bwd::SavedLayout(p, bwd::compute_of(p)).total;
 }
 
 std::size_t forward_saved_workspace_bytes(const detail::Problem& p) {
-  bwd::Compute c{};
-  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
-  return bwd::SavedForwardPlan(p, c).total;
+  if (!bwd::supported(p).ok()) return 0;
+  return bwd::SavedForwardPlan(p, bwd::compute_of(p)).total;
 }
 
 Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
@@ -1232,8 +1121,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
   using namespace bwd;
   Status s = supported(p);
   if (!s.ok()) return s;
-  Compute compute{};
-  if (!(s = saved_compute(p, &compute)).ok()) return s;
+  const Compute compute = compute_of(p);
   const SavedLayout sl(p, compute);
   const SavedForwardPlan pl(p, compute);
   if (static_cast<std::size_t>(out.saved.numel()) < sl.total)

@@ -13,6 +13,7 @@
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
 #include "cuda/host/stage_timer.hpp"
@@ -364,19 +365,14 @@ struct Plan {
   }
 };
 
-// How the chunked (WY) backward computes: in the 16-bit input type (kSixteen, chunked16), in it
-// with hi + lo halves where accuracy needs them (kSplit, the default for 16-bit inputs; see
-// docs/chunked_backward.md, "Precision on 16-bit inputs"), or in float32 (kFloat32).
-enum class Compute { kSixteen, kSplit, kFloat32 };
+// The compute form (Compute, ComputeForm, compute_of): config/backward_form.hpp.
+using config::Compute;
+using config::compute_of;
+using config::compute_name;
 
-// What the compute type means for the buffers: float32 (16-bit inputs widened first), or the
-// 16-bit input type, with the split form's low halves.
-struct ComputeForm {
-  bool f32, split, widen;
-  ComputeForm(const detail::Problem& p, Compute compute)
-      : f32(compute == Compute::kFloat32 || p.dtype == DType::kFloat32),
-        split(!f32 && compute == Compute::kSplit),
-        widen(f32 && p.dtype != DType::kFloat32) {}
+// What the compute form means for problem p's buffers.
+struct ComputeForm : config::ComputeForm {
+  ComputeForm(const detail::Problem& p, Compute compute) : config::ComputeForm(p.dtype, compute) {}
 };
 
 // ---- disable_recompute. A forward given `saved` runs the backward's front half (chunk_prep in
@@ -581,25 +577,6 @@ struct SavedForwardPlan {
   }
 };
 
-// The gradients of the gate parameters A_log and dt_bias are per-head sums over every token of
-// dg times the gate's derivative, and they cancel heavily: 16-bit intermediates, even split, leave
-// them up to 0.2 off on SPEC's test cases (dg itself is within 4e-3). With those parameters the
-// default therefore computes in float32.
-bool needs_float32(const detail::Problem& p) { return p.has_g && (p.has_A_log || p.has_dt_bias); }
-
-// The compute form of the chunked path, from Options::backward_precision (linattn.hpp). kAuto: for
-// 16-bit inputs the input type with hi + lo halves at the few operands whose rounding otherwise
-// puts dβ above SPEC's 1e-2 (docs/chunked_backward.md, "Precision on 16-bit inputs"), and float32
-// when the gate parameters' gradients are asked for (needs_float32) or the split form does not
-// fit (config::split_fits). A saved buffer is written and read in this form.
-Compute compute_of(const detail::Problem& p) {
-  const BackwardPrecision bp = p.opt.backward_precision;
-  if (p.dtype == DType::kFloat32 || bp == BackwardPrecision::kFloat32) return Compute::kFloat32;
-  if (bp == BackwardPrecision::kFast16) return Compute::kSixteen;
-  if (bp == BackwardPrecision::kAuto && needs_float32(p)) return Compute::kFloat32;
-  return config::split_fits(p) ? Compute::kSplit : Compute::kFloat32;
-}
-
 // p.has_saved: the backward is given a saved buffer (the token replay does not read it).
 std::size_t workspace_of(const detail::Problem& p) {
   return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), p.has_saved).total;
@@ -761,15 +738,6 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
   }
   return Status::Ok();
-}
-
-const char* compute_name(int32_t c) {
-  switch (static_cast<Compute>(c)) {
-    case Compute::kSixteen: return "fast16";
-    case Compute::kSplit: return "split";
-    case Compute::kFloat32: return "float32";
-  }
-  return "unknown";
 }
 
 // The backward refuses a saved buffer another problem (or another compute form) wrote. That

@@ -16,6 +16,7 @@
 #include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
+#include "cuda/host/saved_buffer.hpp"
 #include "cuda/host/stage_timer.hpp"
 
 namespace linattn::cuda {
@@ -375,44 +376,10 @@ struct ComputeForm : config::ComputeForm {
   ComputeForm(const detail::Problem& p, Compute compute) : config::ComputeForm(p.dtype, compute) {}
 };
 
-// ---- disable_recompute. A forward given `saved` runs the backward's front half (chunk_prep in
-// its backward form, then the state pass, then O from the chunk-start states) and keeps in
-// `saved` everything the backward reads after that half; a backward given `saved` skips it.
-// Layout: a header (what the buffer was written for), then per (chunk, value head) blocks of
-// W, Qg, KgT [64][K], Aqk and M⁻¹ [64][64], V_new [64][V] in the compute type (with the split
-// form's KgT and V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32).
-constexpr std::size_t kSavedHeaderBytes = 256;
-constexpr char kSavedMagic[8] = {'L', 'N', 'A', 'C', 'U', 'D', 'A', '1'};
-
-struct SavedHeader {
-  char magic[8];
-  int32_t family, dtype, compute, v_first;
-  int64_t tokens, N, H, HV, K, V, num_chunks;
-  uint64_t layout;  // detail::saved_problem_hash
-};
-static_assert(sizeof(SavedHeader) <= 128, "written by one 128-thread block");
-
-SavedHeader saved_header(const detail::Problem& p, Compute compute) {
-  SavedHeader h{};
-  std::memcpy(h.magic, kSavedMagic, sizeof h.magic);
-  h.family = static_cast<int32_t>(p.family);
-  h.dtype = static_cast<int32_t>(p.dtype);
-  h.compute = static_cast<int32_t>(compute);
-  h.v_first = p.opt.state_v_first ? 1 : 0;
-  h.tokens = p.B * p.T;
-  h.N = p.N;
-  h.H = p.H;
-  h.HV = p.HV;
-  h.K = p.K;
-  h.V = p.V;
-  h.num_chunks = p.num_chunks;
-  h.layout = detail::saved_problem_hash(p);
-  return h;
-}
-
-__global__ void write_saved_header_kernel(const SavedHeader h, unsigned char* dst) {
-  if (threadIdx.x < sizeof(SavedHeader)) dst[threadIdx.x] = reinterpret_cast<const unsigned char*>(&h)[threadIdx.x];
-}
+// The saved buffer (disable_recompute) and the front half's offsets: host/saved_buffer.hpp.
+using host::FrontOffsets;
+using host::kSavedHeaderBytes;
+using host::SavedLayout;
 
 // h in the caller's float64 (return_intermediate_states next to a saved buffer): from saved's float32.
 __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
@@ -420,45 +387,6 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = src[i];
 }
-
-// Byte offsets of the front half's buffers (chunk_prep's and the state pass's outputs) inside one
-// region: the backward's workspace, or a saved buffer. kNone: absent.
-struct FrontOffsets {
-  static constexpr std::size_t kNone = ~std::size_t{0};
-  std::size_t W = kNone, U = kNone, Qg = kNone, KgT = kNone, Aqk = kNone, Ainv = kNone, gexp = kNone, h = kNone,
-              vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
-};
-
-struct SavedLayout {
-  FrontOffsets front;  // U and its low half where V_new and its low half go (see front_bufs)
-  std::size_t total = 0;
-  SavedLayout(const detail::Problem& p, Compute compute) {
-    const ComputeForm cf(p, compute);
-    const std::size_t es = cf.f32 ? 4 : 2;
-    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
-    const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
-    FrontOffsets& f = front;
-    std::size_t o = kSavedHeaderBytes;
-    f.W = o; o = align_up(o + nb * kC * K * es);
-    f.Qg = o; o = align_up(o + nb * kC * K * es);
-    f.KgT = o; o = align_up(o + nb * kC * K * es);
-    f.Aqk = o; o = align_up(o + nb * kC * kC * es);
-    f.Ainv = o; o = align_up(o + nb * kC * kC * es);
-    f.gexp = o; o = align_up(o + nb * K * 4);
-    f.h = o; o = align_up(o + nb * K * V * 4);
-    f.vnew = o; o = align_up(o + nb * kC * V * es);
-    if (cf.split) {
-      f.KgT_lo = o; o = align_up(o + nb * kC * K * es);
-      f.vnew_lo = o; o = align_up(o + nb * kC * V * es);
-    }
-    // The forward's chunk_prep writes U and its low half where V_new and its low half go: the
-    // state pass reads each element before it overwrites it, same thread. The backward does not
-    // read U.
-    f.U = f.vnew;
-    f.U_lo = f.vnew_lo;
-    total = o;
-  }
-};
 
 // Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (16-bit q, k, v,
 // dO are first widened into q32, k32, v32, dO32; float32 inputs are read in place); otherwise in
@@ -740,30 +668,6 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   return Status::Ok();
 }
 
-// The backward refuses a saved buffer another problem (or another compute form) wrote. That
-// needs its header on the host: one 128-byte read, which waits for the stream. A stream that is
-// capturing a graph cannot wait: there the header is not checked (the graph's shapes are fixed).
-Status check_saved_header(const detail::Problem& p, Compute compute, const void* saved, cudaStream_t st) {
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(st, &cs);
-  if (e != cudaSuccess) return cuda_error("cudaStreamIsCapturing", e);
-  if (cs != cudaStreamCaptureStatusNone) return Status::Ok();
-  SavedHeader got{};
-  if ((e = cudaMemcpyAsync(&got, saved, sizeof got, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
-      (e = cudaStreamSynchronize(st)) != cudaSuccess)
-    return cuda_error("reading the saved buffer's header", e);
-  const SavedHeader want = saved_header(p, compute);
-  if (std::memcmp(&got, &want, sizeof want) == 0) return Status::Ok();
-  SavedHeader same = got;
-  same.compute = want.compute;
-  if (std::memcmp(&same, &want, sizeof want) == 0)
-    return Status::Invalid(std::string("saved was written for the ") + compute_name(got.compute) +
-                           " backward form, this backward runs the " + compute_name(want.compute) +
-                           " form (Options::backward_precision differs between the forward and the backward)");
-  return Status::Invalid("saved was not written by a CUDA forward of this problem (family, dtype, sizes, "
-                         "sequences, input transforms, scale or state layout differ)");
-}
-
 }  // namespace
 }  // namespace bwd
 
@@ -807,7 +711,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
   if (from_saved) {
     // header first: a buffer written under another backward form has another size, the header says which
-    if (Status hs = check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
+    if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
     if (saved_have < saved_want) return saved_size_error();
   }
   cudaError_t e = cudaSuccess;
@@ -1145,9 +1049,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
     }
     if (e != cudaSuccess) return cuda_error("copying h", e);
   }
-  write_saved_header_kernel<<<1, 128, 0, st>>>(saved_header(p, compute), sv);
-  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("saved header launch", e);
-  return Status::Ok();
+  return host::write_saved_header(p, compute, sv, st);
 }
 
 }  // namespace linattn::cuda

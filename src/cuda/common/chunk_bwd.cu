@@ -510,8 +510,6 @@ std::size_t workspace_of(const detail::Problem& p) {
   return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), p.has_saved).total;
 }
 
-Status supported(const detail::Problem& p) { return config::can_implement(p, "backward"); }
-
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
 
 GateArgs gate_args(const detail::Problem& p, const ForwardInputs& f) {
@@ -672,14 +670,14 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
 }  // namespace bwd
 
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
-  if (!bwd::supported(p).ok()) return 0;
+  if (!config::can_implement(p, "backward").ok()) return 0;
   return bwd::workspace_of(p);
 }
 
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
                         Workspace ws, cudaStream_t st, StageTimer* timer) {
   using namespace bwd;
-  Status s = supported(p);
+  Status s = config::can_implement(p, "backward");
   if (!s.ok()) return s;
   const ForwardInputs& f = in.fwd;
   s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
@@ -979,19 +977,19 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 
 
 std::size_t saved_kda_gdn_bytes(const detail::Problem& p) {
-  if (!bwd::supported(p).ok()) return 0;
+  if (!config::can_implement(p, "backward").ok()) return 0;
   return bwd::SavedLayout(p, bwd::compute_of(p)).total;
 }
 
 std::size_t forward_saved_workspace_bytes(const detail::Problem& p) {
-  if (!bwd::supported(p).ok()) return 0;
+  if (!config::can_implement(p, "backward").ok()) return 0;
   return bwd::SavedForwardPlan(p, bwd::compute_of(p)).total;
 }
 
 Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
                              Workspace ws, cudaStream_t st) {
   using namespace bwd;
-  Status s = supported(p);
+  Status s = config::can_implement(p, "backward");
   if (!s.ok()) return s;
   const Compute compute = compute_of(p);
   const SavedLayout sl(p, compute);

@@ -666,259 +666,245 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   return Status::Ok();
 }
 
-}  // namespace
-}  // namespace bwd
+// What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
+// the per-token rows of the column sums; KG = K (vector gate) or 1.
+struct Partials {
+  float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
+  int NS = 1, KG = 1;
+};
 
-std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
-  if (!config::can_implement(p, "backward").ok()) return 0;
-  return bwd::workspace_of(p);
-}
-
-Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
-                        Workspace ws, cudaStream_t st, StageTimer* timer) {
-  using namespace bwd;
-  Status s = config::can_implement(p, "backward");
-  if (!s.ok()) return s;
+// The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
+// chunk-boundary states, then the token recurrence backward; the partials in *parts.
+Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        unsigned char* base, cudaStream_t st, Partials* parts) {
   const ForwardInputs& f = in.fwd;
-  s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
-                     {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias}, {"initial_state", &f.initial_state},
-                     {"d_o", &in.d_o}, {"dht", &in.dht}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv},
-                     {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
-                     {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
-  if (!s.ok()) return s;
-  const bool token = p.token_replay;
-  const bool from_saved = !token && in.saved.present();
-  const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
-  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;
-  if (ws.bytes < need || (need > 0 && ws.data == nullptr))
-    return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
-  // The saved buffer's shape checks need no device; its header is read after the switch to it.
-  const Compute saved_form = compute;
-  const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
-  const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
-  auto saved_size_error = [&] {
-    return Status::Invalid("saved has " + std::to_string(saved_have) + " bytes, needs " +
-                           std::to_string(saved_want) + " (see saved_bytes)");
-  };
-  if (from_saved) {
-    if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
-      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
-    if (saved_have < kSavedHeaderBytes) return saved_size_error();
-  }
-  DeviceGuard device;
-  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
-  if (from_saved) {
-    // header first: a buffer written under another backward form has another size, the header says which
-    if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
-    if (saved_have < saved_want) return saved_size_error();
-  }
   cudaError_t e = cudaSuccess;
-
-  unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
   const int64_t tokens = p.B * p.T;
-
   const GateArgs ga = gate_args(p, f);
   const int beta_mode = beta_mode_code(p);
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
-
-  // What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
-  // the per-token rows of the column sums.
-  float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
-  int NS = 1, KG = 1;
-
-  if (token) {
-    const Plan pl(p);
-    NS = pl.NS;
-    KG = pl.KG;
-    if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
-    float* qn = reinterpret_cast<float*>(base + pl.qn);
-    float* kn = reinterpret_cast<float*>(base + pl.kn);
-    float* ev = reinterpret_cast<float*>(base + pl.e);
-    float* bt = reinterpret_cast<float*>(base + pl.bt);
-    if (tokens > 0) {
-      prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
-                                                                static_cast<int>(p.K), l2);
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
-      prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
-          p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
-          dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
-    }
-    TokenParams tp{};
-    tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
-    tp.qn = qn;
-    tp.kn = kn;
-    tp.e = ev;
-    tp.bt = bt;
-    tp.v = f.v.data;
-    tp.d_o = in.d_o.data;
-    tp.v_dt = dt;
-    tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
-    tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
-    tp.dht = in.dht.present() ? in.dht.data : nullptr;
-    tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
-    tp.h = reinterpret_cast<float*>(base + pl.h);
-    tp.dv = out.dv.data;
-    tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
-    tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-    tp.pq = reinterpret_cast<float*>(base + pl.pq);
-    tp.pk = reinterpret_cast<float*>(base + pl.pk);
-    tp.pg = reinterpret_cast<float*>(base + pl.pg);
-    tp.pb = reinterpret_cast<float*>(base + pl.pb);
-    tp.tokens = tokens;
-    tp.N = static_cast<int>(p.N);
-    tp.H = static_cast<int>(p.H);
-    tp.HV = static_cast<int>(p.HV);
-    tp.G = static_cast<int>(p.G);
-    tp.K = static_cast<int>(p.K);
-    tp.V = static_cast<int>(p.V);
-    tp.KG = pl.KG;
-    tp.NS = pl.NS;
-    tp.tiles_per_split = pl.tps;
-    tp.v_first = p.opt.state_v_first ? 1 : 0;
-    tp.scale = static_cast<float>(p.scale);
-    if (p.N > 0) {
-      if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
-      if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
-    }
-    pq = tp.pq;
-    pk = tp.pk;
-    pg = tp.pg;
-    pb = tp.pb;
-    draw = reinterpret_cast<float*>(base + pl.draw);
-    da = reinterpret_cast<float*>(base + pl.da);
-  } else {
-    const ChunkPlan pl(p, compute, from_saved);
-    KG = pl.KG;
-    if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
-      return cuda_error("chunk map launch", e);
-    const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
-    const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
-    // The front half's buffers: in the workspace, or the saved buffer's (read-only).
-    const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
-                                                 base, pl.seqs, pl.chunks)
-                                    : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
-    // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
-    // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
-    // the caller's dtype.
-    const void* q_in = f.q.data;
-    const void* k_in = f.k.data;
-    const void* v_in = f.v.data;
-    const void* do_in = in.d_o.data;
-    // Benchmarks: stage boundaries on the caller's timer (none in the product).
-    auto mark = [&](const char* next) {
-      if (timer) timer->mark(next, st);
-    };
-    mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
-    if (pl.widen && tokens > 0) {
-      const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
-      float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
-                       reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
-      const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
-      if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
-      q_in = dst[0];
-      k_in = dst[1];
-      v_in = dst[2];
-      do_in = dst[3];
-      mark(from_saved ? "pass1" : "prep+state");
-    }
-    if (!from_saved) {
-      // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
-      if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
-      mark("pass1");
-    }
-    if (p.N > 0) {
-      // ---- pass 1: dh, dN (sequential over chunks), dh0
-      DhParams dp{};
-      dp.Aqk = fb.Aqk;
-      dp.KgT = fb.KgT;
-      dp.Qg = fb.Qg;
-      dp.W = fb.W;
-      dp.gexp = fb.gexp;
-      dp.d_o = do_in;
-      dp.seqs = fb.seqs;
-      dp.dht = in.dht.present() ? in.dht.data : nullptr;
-      dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
-      dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
-      dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-      dp.dh = reinterpret_cast<float*>(base + pl.dh);
-      dp.dN = base + pl.dN;
-      dp.N = static_cast<int>(p.N);
-      dp.HV = static_cast<int>(p.HV);
-      dp.K = K;
-      dp.V = V;
-      dp.v_first = p.opt.state_v_first ? 1 : 0;
-      const config::Staged sg = config::dh_stages(cdt, K, pl.split);
-      const std::size_t smem = sg.smem;
-      if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
-      dp.stages = sg.stages;
-      if (pl.split) {
-        dp.KgT_lo = fb.KgT_lo;
-        dp.dN_lo = base + pl.dN_lo;
-      }
-      if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
-      mark("pass2");
-    }
-    if (p.num_chunks > 0) {
-      // ---- pass 2: chunk-parallel gradients
-      WyParams wp{};
-      wp.chunks = fb.chunks;
-      wp.q = q_in;
-      wp.k = k_in;
-      wp.v = v_in;
-      wp.d_o = do_in;
-      wp.beta = f.beta.data;
-      wp.beta_dt = dtype_code(f.beta.dtype);
-      wp.beta_mode = beta_mode;
-      wp.gate.g = f.g.data;
-      wp.gate.g_dt = dtype_code(f.g.dtype);
-      wp.gate.kind = ga.kind;
-      wp.gate.lower_bound = ga.lower_bound;
-      wp.gate.has_alog = ga.has_alog;
-      wp.gate.has_dtb = ga.has_dtb;
-      wp.gate.A_log = ga.A_log;
-      wp.gate.alog_dt = ga.alog_dt;
-      wp.gate.dt_bias = ga.dt_bias;
-      wp.gate.dtb_dt = ga.dtb_dt;
-      wp.Ainv = fb.Ainv;
-      wp.vnew = fb.vnew;
-      wp.h = fb.h;
-      wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
-      wp.dh = reinterpret_cast<const float*>(base + pl.dh);
-      wp.dN = base + pl.dN;
-      wp.dY = base + pl.dY;
-      wp.dv = out.dv.data;
-      wp.dv_dt = dt;
-      wp.pq = reinterpret_cast<float*>(base + pl.pq);
-      wp.pk = reinterpret_cast<float*>(base + pl.pk);
-      wp.pg = reinterpret_cast<float*>(base + pl.pg);
-      wp.pb = reinterpret_cast<float*>(base + pl.pb);
-      wp.num_chunks = static_cast<int>(p.num_chunks);
-      wp.H = static_cast<int>(p.H);
-      wp.HV = static_cast<int>(p.HV);
-      wp.G = static_cast<int>(p.G);
-      wp.K = K;
-      wp.V = V;
-      wp.scale = static_cast<float>(p.scale);
-      wp.l2norm = l2;
-      if (pl.split) {
-        wp.dN_lo = base + pl.dN_lo;
-        wp.dY_lo = base + pl.dY_lo;
-        wp.vnew_lo = fb.vnew_lo;
-      }
-      if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
-      mark("end");
-    }
-    pq = reinterpret_cast<float*>(base + pl.pq);
-    pk = reinterpret_cast<float*>(base + pl.pk);
-    pg = reinterpret_cast<float*>(base + pl.pg);
-    pb = reinterpret_cast<float*>(base + pl.pb);
-    draw = reinterpret_cast<float*>(base + pl.draw);
-    da = reinterpret_cast<float*>(base + pl.da);
+  float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
+  int &NS = parts->NS, &KG = parts->KG;
+  const Plan pl(p);
+  NS = pl.NS;
+  KG = pl.KG;
+  if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
+  float* qn = reinterpret_cast<float*>(base + pl.qn);
+  float* kn = reinterpret_cast<float*>(base + pl.kn);
+  float* ev = reinterpret_cast<float*>(base + pl.e);
+  float* bt = reinterpret_cast<float*>(base + pl.bt);
+  if (tokens > 0) {
+    prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
+                                                              static_cast<int>(p.K), l2);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
+    prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
+        p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
+        dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
   }
+  TokenParams tp{};
+  tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+  tp.qn = qn;
+  tp.kn = kn;
+  tp.e = ev;
+  tp.bt = bt;
+  tp.v = f.v.data;
+  tp.d_o = in.d_o.data;
+  tp.v_dt = dt;
+  tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+  tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+  tp.dht = in.dht.present() ? in.dht.data : nullptr;
+  tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+  tp.h = reinterpret_cast<float*>(base + pl.h);
+  tp.dv = out.dv.data;
+  tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+  tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+  tp.pq = reinterpret_cast<float*>(base + pl.pq);
+  tp.pk = reinterpret_cast<float*>(base + pl.pk);
+  tp.pg = reinterpret_cast<float*>(base + pl.pg);
+  tp.pb = reinterpret_cast<float*>(base + pl.pb);
+  tp.tokens = tokens;
+  tp.N = static_cast<int>(p.N);
+  tp.H = static_cast<int>(p.H);
+  tp.HV = static_cast<int>(p.HV);
+  tp.G = static_cast<int>(p.G);
+  tp.K = static_cast<int>(p.K);
+  tp.V = static_cast<int>(p.V);
+  tp.KG = pl.KG;
+  tp.NS = pl.NS;
+  tp.tiles_per_split = pl.tps;
+  tp.v_first = p.opt.state_v_first ? 1 : 0;
+  tp.scale = static_cast<float>(p.scale);
+  if (p.N > 0) {
+    if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
+    if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
+  }
+  pq = tp.pq;
+  pk = tp.pk;
+  pg = tp.pg;
+  pb = tp.pb;
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
+  return Status::Ok();
+}
 
-  // ---- finish: sums over the GVA group (and V splits), transforms backwards, column sums
+// The chunked (WY) backward in `compute`'s form: [widen], the front half (or the saved buffer's),
+// pass 1 (dh), pass 2 (wy); the partials in *parts. timer: stage marks for benchmarks.
+Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                   unsigned char* base, Compute compute, bool from_saved, cudaStream_t st, StageTimer* timer,
+                   Partials* parts) {
+  const ForwardInputs& f = in.fwd;
+  cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = p.B * p.T;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_code(p);
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
+  int& KG = parts->KG;  // NS stays 1: no V splits
+  const ChunkPlan pl(p, compute, from_saved);
+  KG = pl.KG;
+  if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+    return cuda_error("chunk map launch", e);
+  const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
+  const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
+  // The front half's buffers: in the workspace, or the saved buffer's (read-only).
+  const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
+                                               base, pl.seqs, pl.chunks)
+                                  : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
+  // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
+  // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
+  // the caller's dtype.
+  const void* q_in = f.q.data;
+  const void* k_in = f.k.data;
+  const void* v_in = f.v.data;
+  const void* do_in = in.d_o.data;
+  // Benchmarks: stage boundaries on the caller's timer (none in the product).
+  auto mark = [&](const char* next) {
+    if (timer) timer->mark(next, st);
+  };
+  mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
+  if (pl.widen && tokens > 0) {
+    const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
+    float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
+                     reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
+    const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
+    if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
+    q_in = dst[0];
+    k_in = dst[1];
+    v_in = dst[2];
+    do_in = dst[3];
+    mark(from_saved ? "pass1" : "prep+state");
+  }
+  if (!from_saved) {
+    // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
+    if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
+    mark("pass1");
+  }
+  if (p.N > 0) {
+    // ---- pass 1: dh, dN (sequential over chunks), dh0
+    DhParams dp{};
+    dp.Aqk = fb.Aqk;
+    dp.KgT = fb.KgT;
+    dp.Qg = fb.Qg;
+    dp.W = fb.W;
+    dp.gexp = fb.gexp;
+    dp.d_o = do_in;
+    dp.seqs = fb.seqs;
+    dp.dht = in.dht.present() ? in.dht.data : nullptr;
+    dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+    dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+    dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+    dp.dh = reinterpret_cast<float*>(base + pl.dh);
+    dp.dN = base + pl.dN;
+    dp.N = static_cast<int>(p.N);
+    dp.HV = static_cast<int>(p.HV);
+    dp.K = K;
+    dp.V = V;
+    dp.v_first = p.opt.state_v_first ? 1 : 0;
+    const config::Staged sg = config::dh_stages(cdt, K, pl.split);
+    const std::size_t smem = sg.smem;
+    if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+    dp.stages = sg.stages;
+    if (pl.split) {
+      dp.KgT_lo = fb.KgT_lo;
+      dp.dN_lo = base + pl.dN_lo;
+    }
+    if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
+    mark("pass2");
+  }
+  if (p.num_chunks > 0) {
+    // ---- pass 2: chunk-parallel gradients
+    WyParams wp{};
+    wp.chunks = fb.chunks;
+    wp.q = q_in;
+    wp.k = k_in;
+    wp.v = v_in;
+    wp.d_o = do_in;
+    wp.beta = f.beta.data;
+    wp.beta_dt = dtype_code(f.beta.dtype);
+    wp.beta_mode = beta_mode;
+    wp.gate.g = f.g.data;
+    wp.gate.g_dt = dtype_code(f.g.dtype);
+    wp.gate.kind = ga.kind;
+    wp.gate.lower_bound = ga.lower_bound;
+    wp.gate.has_alog = ga.has_alog;
+    wp.gate.has_dtb = ga.has_dtb;
+    wp.gate.A_log = ga.A_log;
+    wp.gate.alog_dt = ga.alog_dt;
+    wp.gate.dt_bias = ga.dt_bias;
+    wp.gate.dtb_dt = ga.dtb_dt;
+    wp.Ainv = fb.Ainv;
+    wp.vnew = fb.vnew;
+    wp.h = fb.h;
+    wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
+    wp.dh = reinterpret_cast<const float*>(base + pl.dh);
+    wp.dN = base + pl.dN;
+    wp.dY = base + pl.dY;
+    wp.dv = out.dv.data;
+    wp.dv_dt = dt;
+    wp.pq = reinterpret_cast<float*>(base + pl.pq);
+    wp.pk = reinterpret_cast<float*>(base + pl.pk);
+    wp.pg = reinterpret_cast<float*>(base + pl.pg);
+    wp.pb = reinterpret_cast<float*>(base + pl.pb);
+    wp.num_chunks = static_cast<int>(p.num_chunks);
+    wp.H = static_cast<int>(p.H);
+    wp.HV = static_cast<int>(p.HV);
+    wp.G = static_cast<int>(p.G);
+    wp.K = K;
+    wp.V = V;
+    wp.scale = static_cast<float>(p.scale);
+    wp.l2norm = l2;
+    if (pl.split) {
+      wp.dN_lo = base + pl.dN_lo;
+      wp.dY_lo = base + pl.dY_lo;
+      wp.vnew_lo = fb.vnew_lo;
+    }
+    if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
+    mark("end");
+  }
+  pq = reinterpret_cast<float*>(base + pl.pq);
+  pk = reinterpret_cast<float*>(base + pl.pk);
+  pg = reinterpret_cast<float*>(base + pl.pg);
+  pb = reinterpret_cast<float*>(base + pl.pb);
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
+  return Status::Ok();
+}
+
+// Finish: sums over the GVA group (and V splits), the transforms backwards, the column sums.
+Status run_finish(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                  const Partials& parts, cudaStream_t st) {
+  const ForwardInputs& f = in.fwd;
+  cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = p.B * p.T;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_code(p);
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  float *pq = parts.pq, *pk = parts.pk, *pg = parts.pg, *pb = parts.pb, *draw = parts.draw, *da = parts.da;
+  const int NS = parts.NS, KG = parts.KG;
   if (tokens > 0) {
     const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
     const int K = static_cast<int>(p.K);
@@ -973,6 +959,61 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
   }
   return Status::Ok();
+}
+
+}  // namespace
+}  // namespace bwd
+
+std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
+  if (!config::can_implement(p, "backward").ok()) return 0;
+  return bwd::workspace_of(p);
+}
+
+Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        Workspace ws, cudaStream_t st, StageTimer* timer) {
+  using namespace bwd;
+  Status s = config::can_implement(p, "backward");
+  if (!s.ok()) return s;
+  const ForwardInputs& f = in.fwd;
+  s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
+                     {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias}, {"initial_state", &f.initial_state},
+                     {"d_o", &in.d_o}, {"dht", &in.dht}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv},
+                     {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
+                     {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
+  if (!s.ok()) return s;
+  const bool token = p.token_replay;
+  const bool from_saved = !token && in.saved.present();
+  const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;
+  if (ws.bytes < need || (need > 0 && ws.data == nullptr))
+    return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
+  // The saved buffer's shape checks need no device; its header is read after the switch to it.
+  const Compute saved_form = compute;
+  const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
+  const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
+  auto saved_size_error = [&] {
+    return Status::Invalid("saved has " + std::to_string(saved_have) + " bytes, needs " +
+                           std::to_string(saved_want) + " (see saved_bytes)");
+  };
+  if (from_saved) {
+    if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
+      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+    if (saved_have < kSavedHeaderBytes) return saved_size_error();
+  }
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  if (from_saved) {
+    // header first: a buffer written under another backward form has another size, the header says which
+    if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
+    if (saved_have < saved_want) return saved_size_error();
+  }
+  // the token replay or the chunked form, then the shared finish
+  unsigned char* base = static_cast<unsigned char*>(ws.data);
+  Partials parts;
+  s = token ? run_token_replay(p, in, out, base, st, &parts)
+            : run_chunked(p, in, out, base, compute, from_saved, st, timer, &parts);
+  if (!s.ok()) return s;
+  return run_finish(p, in, out, parts, st);
 }
 
 

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "common/testing.hpp"
 #include "linattn/linattn.hpp"
 #include "test_util.hpp"
 

@@ -1,6 +1,6 @@
 """FLA forward timings at the reference shape, plus the device's copy bandwidth and bf16 matmul
 rate (for the floor). Run on the GPU machine: PYTHONPATH=third_party_ref python3 bench/fla_forward_times.py
-Settings match tests/cuda/test_cuda_bench.cpp (DISABLED_Forward)."""
+Settings match bench/cuda_stage_bench.cpp (linattn_cuda_stage_bench forward)."""
 import math
 import statistics
 
@@ -59,7 +59,7 @@ def main():
         return sets
 
     # steep: A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); realistic: the FLA / Kimi Linear layer init
-    # (A ~ U(1, 16), dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)). Same as test_cuda_bench.cpp.
+    # (A ~ U(1, 16), dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)). Same as cuda_stage_bench.cpp.
     A_steep = torch.rand(H, dtype=torch.float32, device=dev) * 2.7
     dtb_steep = torch.randn(H * K, dtype=torch.float32, device=dev)
     A_real = torch.log(torch.empty(H, dtype=torch.float32, device=dev).uniform_(1, 16))

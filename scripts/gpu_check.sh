@@ -2,8 +2,9 @@
 # On the GPU machine: build with CUDA, run the GPU test suite, compute-sanitizer (memcheck and
 # racecheck) on the small cases, build the Python package with CUDA and run its tests (against
 # FLA too when third_party_ref/fla is carried). Logs go to $OUT (or ./gpu-logs).
-#   --bench  also the split backward's stage times at the reference shape (B=2, T=8192, H=32,
-#            K=V=128, bf16, logsigmoid gate), KDA and GDN (CudaBackwardBench)
+#   --bench  also linattn_cuda_stage_bench (bench/cuda_stage_bench.cpp) at the reference shape
+#            (B=2, T=8192, K=V=128, bf16): the forward's four configurations, and the backward's
+#            times and per-stage split (the split form and the default, logsigmoid gate), KDA and GDN
 set -uo pipefail
 bench=0
 [ "${1:-}" = "--bench" ] && bench=1
@@ -33,12 +34,14 @@ timeout 180 compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/li
   --gtest_filter='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute' \
   >"$out/racecheck.log" 2>&1; rc=$?; tail -3 "$out/racecheck.log"; [ $rc -eq 0 ] || status=1
 if [ $bench = 1 ]; then
+  step "forward bench (reference shape)"
+  timeout 120 ./build-gpu/linattn_cuda_stage_bench forward >"$out/bench_forward.log" 2>&1 || status=1
+  grep linattn "$out/bench_forward.log"
   step "backward bench (reference shape)"
   for fam in gdn kda; do
-    LINATTN_BENCH_FAMILY=$fam LINATTN_BENCH_GATE=logsigmoid LINATTN_BENCH_ONLY=split LINATTN_BWD_PROFILE=1 \
-      timeout 90 ./build-gpu/linattn_cuda_tests --gtest_also_run_disabled_tests \
-      --gtest_filter=CudaBackwardBench.KdaReferenceShape >"$out/bench_$fam.log" 2>&1
-    grep -E "bench\]" "$out/bench_$fam.log" | head -2; grep profile "$out/bench_$fam.log" | tail -4
+    timeout 90 ./build-gpu/linattn_cuda_stage_bench backward --family $fam --gate logsigmoid --only split \
+      --stages >"$out/bench_$fam.log" 2>&1 || status=1
+    grep -E "bench\]" "$out/bench_$fam.log" | head -2; grep "profile\] auto" "$out/bench_$fam.log"
   done
 fi
 step "python package"

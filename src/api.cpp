@@ -43,6 +43,16 @@ const char* family_name(Family family) {
   return "unknown";
 }
 
+const char* backward_precision_name(BackwardPrecision p) {
+  switch (p) {
+    case BackwardPrecision::kAuto: return "auto";
+    case BackwardPrecision::kSplit: return "split";
+    case BackwardPrecision::kFast16: return "fast16";
+    case BackwardPrecision::kFloat32: return "float32";
+  }
+  return "unknown";
+}
+
 int64_t TensorView::numel() const {
   if (ndim < 0) return 0;
   int64_t n = 1;

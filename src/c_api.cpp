@@ -13,6 +13,11 @@ namespace {
 using namespace linattn;
 
 static_assert(LINATTN_MAX_DIMS == kMaxDims, "C and C++ tensor ranks must agree");
+static_assert(LINATTN_BACKWARD_AUTO == static_cast<int>(BackwardPrecision::kAuto) &&
+                  LINATTN_BACKWARD_SPLIT == static_cast<int>(BackwardPrecision::kSplit) &&
+                  LINATTN_BACKWARD_FAST16 == static_cast<int>(BackwardPrecision::kFast16) &&
+                  LINATTN_BACKWARD_FLOAT32 == static_cast<int>(BackwardPrecision::kFloat32),
+              "C and C++ backward precisions must agree");
 
 int to_c(const Status& s, char* err, size_t err_len) {
   if (err && err_len > 0) {
@@ -50,6 +55,7 @@ Options options(const linattn_options* o) {
   if (o->has_lower_bound) r.lower_bound = o->lower_bound;
   r.state_v_first = o->state_v_first != 0;
   r.disable_recompute = o->disable_recompute != 0;
+  r.backward_precision = static_cast<BackwardPrecision>(o->backward_precision);  // range: validation
   return r;
 }
 

@@ -50,6 +50,8 @@ options (SPEC.md)
   --final-state        request the final state (and pass a random dht)
   --g-gamma            simple GLA: use a per-head constant decay g_gamma instead of g
   --scale X            attention scale (default K^-0.5)
+  --backward-precision auto | split | fast16 | float32: the CUDA backward's compute form
+                       (Options::backward_precision; default auto; the CPU ignores it)
 
 run
   --device NAME        auto | cpu | cuda                        (default auto: cuda if present)
@@ -133,6 +135,14 @@ Args parse(int argc, char** argv) {
     else if (f == "--final-state") a.final_state = true;
     else if (f == "--g-gamma") a.g_gamma = true;
     else if (f == "--scale") a.opt.scale = std::stod(need(i));
+    else if (f == "--backward-precision") {
+      const std::string s = need(i);
+      if (s == "auto") a.opt.backward_precision = BackwardPrecision::kAuto;
+      else if (s == "split") a.opt.backward_precision = BackwardPrecision::kSplit;
+      else if (s == "fast16") a.opt.backward_precision = BackwardPrecision::kFast16;
+      else if (s == "float32") a.opt.backward_precision = BackwardPrecision::kFloat32;
+      else die("unknown backward precision " + s + " (auto, split, fast16, float32)");
+    }
     else if (f == "--device") a.device = need(i);
     else if (f == "--no-backward") a.backward = false;
     else if (f == "--repeat") a.repeat = static_cast<int>(std::max<int64_t>(1, num(i)));

@@ -44,6 +44,14 @@ typedef struct linattn_tensor {
   int32_t device_index;
 } linattn_tensor;
 
+/* linattn::BackwardPrecision (linattn.hpp): how the CUDA backward of KDA / GDN computes. */
+enum linattn_backward_precision {
+  LINATTN_BACKWARD_AUTO = 0,   /* default: split for 16-bit inputs, float32 with A_log / dt_bias or K = 256 */
+  LINATTN_BACKWARD_SPLIT = 1,  /* 16-bit with hi + lo halves where accuracy needs them */
+  LINATTN_BACKWARD_FAST16 = 2, /* 16-bit alone: fastest, dbeta / gate gradients can miss SPEC */
+  LINATTN_BACKWARD_FLOAT32 = 3 /* float32 throughout */
+};
+
 typedef struct linattn_options {
   int32_t has_scale; /* 0: scale = K ** -0.5 */
   double scale;
@@ -56,6 +64,7 @@ typedef struct linattn_options {
   float lower_bound;
   int32_t state_v_first;
   int32_t disable_recompute; /* forward_workspace_size: sized for a forward that fills `saved` */
+  int32_t backward_precision; /* a linattn_backward_precision; forward (saved buffer) and backward alike */
 } linattn_options;
 
 typedef struct linattn_forward_inputs {

@@ -88,6 +88,30 @@ struct Status {
 enum class Family : int32_t { kSimpleGLA = 0, kGLA = 1, kGDN = 2, kKDA = 3 };
 const char* family_name(Family family);
 
+// How the CUDA backward of the delta-rule families (KDA, GDN) computes; the forward that fills a
+// saved buffer (disable_recompute) writes it in the same form, so forward and backward must be
+// given the same value (a mismatch is refused with kInvalidArgument). The CPU backend ignores it
+// (it computes in float32, float64 for float64 inputs). Float32 inputs compute in float32 whatever
+// the value. docs/chunked_backward.md ("Precision on 16-bit inputs") explains the forms.
+enum class BackwardPrecision : int32_t {
+  // The default. bfloat16 / float16 inputs: the split form (kSplit), except float32 (kFloat32) when
+  // the in-kernel gate has A_log or dt_bias (their gradients are per-head sums over all tokens that
+  // 16-bit intermediates cannot resolve to SPEC's 1e-2) and at K = 256 (the split form's operands
+  // do not fit shared memory). Every gradient within SPEC.
+  kAuto = 0,
+  // Always the split form: the 16-bit input type with hi + lo halves of the few operands whose
+  // rounding matters (U, Kg, V_new, dN, dY); float32 at K = 256. Per-token gradients within SPEC;
+  // dA_log / ddt_bias can miss 1e-2 (0.2 measured on a one-head varlen case).
+  kSplit = 1,
+  // The 16-bit input type alone: the fastest and smallest workspace; dbeta, dg and the
+  // gate-parameter gradients can miss SPEC's 1e-2.
+  kFast16 = 2,
+  // Float32 throughout (16-bit q, k, v, dO widened first): about twice kSplit's time and more
+  // workspace; the most accurate.
+  kFloat32 = 3,
+};
+const char* backward_precision_name(BackwardPrecision p);
+
 // Options of SPEC.md, with FLA's names.
 struct Options {
   std::optional<double> scale;           // default K ** -0.5
@@ -102,6 +126,8 @@ struct Options {
   bool disable_recompute = false;        // training: the forward will fill a `saved` buffer
                                          // (saved_bytes) that the backward reads instead of
                                          // recomputing; forward_workspace_size sizes for it
+  // CUDA backward (KDA, GDN): numerics, workspace size and the saved buffer's layout (above).
+  BackwardPrecision backward_precision = BackwardPrecision::kAuto;
 };
 
 // Shapes (N = number of sequences: B, or len(cu_seqlens) - 1 with B == 1):

@@ -227,12 +227,21 @@ TensorView spec_view(const char* name, const Spec& spec, linattn::Device device)
 NB_MODULE(_C, m) {
   m.doc() = "linattn C++ core (chunked linear attention) bound through DLPack";
 
+  nb::enum_<linattn::BackwardPrecision>(m, "BackwardPrecision",
+                                        "How the CUDA backward of KDA / GDN computes (linattn.hpp): "
+                                        "auto (default), split, fast16, float32.")
+      .value("auto", linattn::BackwardPrecision::kAuto)
+      .value("split", linattn::BackwardPrecision::kSplit)
+      .value("fast16", linattn::BackwardPrecision::kFast16)
+      .value("float32", linattn::BackwardPrecision::kFloat32);
+
   nb::class_<linattn::Options>(m, "Options")
       .def(
           "__init__",
           [](linattn::Options* self, std::optional<double> scale, bool use_qk_l2norm_in_kernel,
              bool use_beta_sigmoid_in_kernel, bool allow_neg_eigval, bool use_gate_in_kernel,
-             bool safe_gate, std::optional<float> lower_bound, bool state_v_first, bool disable_recompute) {
+             bool safe_gate, std::optional<float> lower_bound, bool state_v_first, bool disable_recompute,
+             linattn::BackwardPrecision backward_precision) {
             new (self) linattn::Options();
             self->scale = scale;
             self->use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
@@ -243,11 +252,13 @@ NB_MODULE(_C, m) {
             self->lower_bound = lower_bound;
             self->state_v_first = state_v_first;
             self->disable_recompute = disable_recompute;
+            self->backward_precision = backward_precision;
           },
           nb::kw_only(), "scale"_a.none() = nb::none(), "use_qk_l2norm_in_kernel"_a = false,
           "use_beta_sigmoid_in_kernel"_a = false, "allow_neg_eigval"_a = false,
           "use_gate_in_kernel"_a = false, "safe_gate"_a = false,
-          "lower_bound"_a.none() = nb::none(), "state_v_first"_a = false, "disable_recompute"_a = false)
+          "lower_bound"_a.none() = nb::none(), "state_v_first"_a = false, "disable_recompute"_a = false,
+          "backward_precision"_a = linattn::BackwardPrecision::kAuto)
       .def_rw("scale", &linattn::Options::scale, nb::arg().none())
       .def_rw("use_qk_l2norm_in_kernel", &linattn::Options::use_qk_l2norm_in_kernel)
       .def_rw("use_beta_sigmoid_in_kernel", &linattn::Options::use_beta_sigmoid_in_kernel)
@@ -256,7 +267,8 @@ NB_MODULE(_C, m) {
       .def_rw("safe_gate", &linattn::Options::safe_gate)
       .def_rw("lower_bound", &linattn::Options::lower_bound, nb::arg().none())
       .def_rw("state_v_first", &linattn::Options::state_v_first)
-      .def_rw("disable_recompute", &linattn::Options::disable_recompute);
+      .def_rw("disable_recompute", &linattn::Options::disable_recompute)
+      .def_rw("backward_precision", &linattn::Options::backward_precision);
 
   m.attr("CHUNK_SIZE") = linattn::kChunkSize;
   m.def("version", &linattn::version);

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from .ops import CHUNK_SIZE, make_options
+from .ops import BACKWARD_PRECISIONS, CHUNK_SIZE, make_options
 
 __all__ = ["chunk_fwd", "chunk_bwd", "run_forward"]
 
@@ -77,10 +77,10 @@ def _host_cu(q: Tensor, cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[T
     return cu_seqlens.cpu()
 
 
-def _options(scale, l2, gate, bsig, neg, safe, lb, v_first):
+def _options(scale, l2, gate, bsig, neg, safe, lb, v_first, bwd_precision):
     return make_options(scale=scale, use_qk_l2norm_in_kernel=l2, use_gate_in_kernel=gate,
                         use_beta_sigmoid_in_kernel=bsig, allow_neg_eigval=neg, safe_gate=safe,
-                        lower_bound=lb, state_v_first=v_first)
+                        lower_bound=lb, state_v_first=v_first, backward_precision=bwd_precision)
 
 
 # --------------------------------------------------------------------------- forward op
@@ -109,6 +109,7 @@ def chunk_fwd(
     output_final_state: bool,
     return_intermediate_states: bool,
     disable_recompute: bool,
+    backward_precision: str = "auto",
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (o, final_state, h, saved); absent ones are empty tensors."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
@@ -116,7 +117,7 @@ def chunk_fwd(
                cu_seqlens=_c(cu_seqlens),
                cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                   allow_neg_eigval, safe_gate, lower_bound, state_v_first)
+                   allow_neg_eigval, safe_gate, lower_bound, state_v_first, backward_precision)
     opt.disable_recompute = bool(disable_recompute)  # sizes the workspace for filling `saved`
     q = inp["q"]
     sdt = _state_dtype(q)
@@ -157,7 +158,7 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
                     cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                     state_v_first, output_final_state, return_intermediate_states,
-                    disable_recompute):
+                    disable_recompute, backward_precision="auto"):
     sdt = _state_dtype(q)
     o = torch.empty_like(v, memory_format=torch.contiguous_format)
     fs = (q.new_empty(_state_shape(q, v, cu_seqlens, state_v_first), dtype=sdt)
@@ -179,7 +180,7 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
     else:
         opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                        use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
-                       state_v_first)
+                       state_v_first, backward_precision)
         dev = q.device
         nsaved = _C.saved_bytes_from_shapes(
             family, 2 if dev.type == "cuda" else 1, dev.index or 0, _spec(q), _spec(k), _spec(v),
@@ -215,6 +216,7 @@ def chunk_bwd(
     safe_gate: bool,
     lower_bound: Optional[float],
     state_v_first: bool,
+    backward_precision: str = "auto",
 ) -> List[Tensor]:
     """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
@@ -222,7 +224,7 @@ def chunk_bwd(
                cu_seqlens=_c(cu_seqlens),
                cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                   allow_neg_eigval, safe_gate, lower_bound, state_v_first)
+                   allow_neg_eigval, safe_gate, lower_bound, state_v_first, backward_precision)
     q = inp["q"]
     if saved is not None and saved.numel() == 0:
         saved = None
@@ -253,7 +255,7 @@ def _chunk_bwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
 def _setup_context(ctx, inputs, output):
     (family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
      cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first, output_final_state,
-     _return_h, disable_recompute) = inputs
+     _return_h, disable_recompute, bwd_precision) = inputs
     # Without disable_recompute the buffer is empty; its size may be symbolic under
     # torch.compile, so decide by the flag rather than by the size.
     saved = output[3] if disable_recompute else None
@@ -267,7 +269,7 @@ def _setup_context(ctx, inputs, output):
     # the non-differentiable output in every backward.
     ctx.set_materialize_grads(False)
     ctx.family = family
-    ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first)
+    ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first, bwd_precision)
     ctx.output_final_state = output_final_state
 
 
@@ -285,8 +287,8 @@ def _backward(ctx, do, dfinal, _dh, _dsaved):
     for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
                        (initial_state, dh0)):
         grads.append(d if present is not None else None)
-    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 11 non-tensor options
-    return (None, *grads, None, None) + (None,) * 11
+    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 12 non-tensor options
+    return (None, *grads, None, None) + (None,) * 12
 
 
 torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_setup_context)
@@ -298,7 +300,8 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
                 scale=None, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                 use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
                 lower_bound=None, state_v_first=False, output_final_state=False,
-                return_intermediate_states=False, disable_recompute=False, fn_name="linattn"):
+                return_intermediate_states=False, disable_recompute=False,
+                backward_precision="auto", fn_name="linattn"):
     """Checks common to every public function, then the custom operator.
 
     Returns ``(o, final_state or None, h or None)``.
@@ -339,6 +342,9 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if return_intermediate_states and disable_recompute:
         raise ValueError(f"{fn_name}: return_intermediate_states is for inference and cannot be "
                          "combined with disable_recompute=True")
+    if backward_precision not in BACKWARD_PRECISIONS:
+        raise ValueError(f"{fn_name}: backward_precision must be one of {list(BACKWARD_PRECISIONS)}, "
+                         f"got {backward_precision!r}")
     if q.dim() != 4:
         raise ValueError(f"{fn_name}: q must be 4-D [B, T, H, K], got shape {tuple(q.shape)}")
     if scale is None:
@@ -350,7 +356,8 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
         float(scale), bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
         bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(safe_gate),
         None if lower_bound is None else float(lower_bound), bool(state_v_first),
-        bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute))
+        bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute),
+        str(backward_precision))
     return o, (fs if output_final_state else None), (h if return_intermediate_states else None)
 
 

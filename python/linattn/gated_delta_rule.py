@@ -49,6 +49,7 @@ def chunk_gated_delta_rule(
     chunk_size: int = 64,
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
+    backward_precision: str = "auto",
     **kwargs,
 ):
     r"""Chunked gated delta rule, forward and backward (a drop-in for
@@ -57,11 +58,11 @@ def chunk_gated_delta_rule(
     CUDA backward: the chunked form on tensor cores. For bfloat16 / float16 inputs it computes
     in the input type with hi + lo halves of the operands whose rounding matters, and in float32
     when ``A_log`` or ``dt_bias`` is given (their gradients are per-head sums over all tokens);
-    gradients come back in the inputs' dtypes. ``LINATTN_CUDA_BWD`` picks another path:
-    ``split`` (the hi + lo form always; the A_log / dt_bias gradients can then miss SPEC's
-    1e-2), ``chunked16`` (the 16-bit type alone: fastest; dβ can miss it too), ``chunked32``
-    (float32), ``token`` (a float32 token replay, slower); ``chunked`` is the default; any other
-    value is an error (``ValueError``).
+    gradients come back in the inputs' dtypes. The keyword ``backward_precision`` picks another
+    form: ``"split"`` (the hi + lo form always; the A_log / dt_bias gradients can then miss
+    SPEC's 1e-2), ``"fast16"`` (the 16-bit type alone: fastest; dβ can miss it too),
+    ``"float32"`` (float32 throughout); ``"auto"`` is the default; any other value raises
+    ``ValueError``. The CPU backend ignores it.
 
     Args:
         q, k: ``[B, T, H, K]``.
@@ -88,6 +89,8 @@ def chunk_gated_delta_rule(
             same gradients; a slower forward and more memory held until the backward).
         return_intermediate_states: also return the float32 chunk-boundary states ``h``
             ``[B, ceil(T / 64), HV, K, V]`` (inference only; no gradient).
+        backward_precision: the CUDA backward's compute form (above; ``linattn.ops.BACKWARD_PRECISIONS``).
+            With ``disable_recompute`` the forward keeps its intermediates in that form.
 
     Returns:
         ``(o, final_state)`` with ``o: [B, T, HV, V]`` in v's dtype and ``final_state`` (or
@@ -120,7 +123,7 @@ def chunk_gated_delta_rule(
         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
         state_v_first=state_v_first, output_final_state=output_final_state,
         return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, fn_name=name)
+        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
     if return_intermediate_states:
         return o, fs, h
     return o, fs

@@ -48,6 +48,7 @@ def chunk_kda(
     A_log: Optional[torch.Tensor] = None,
     dt_bias: Optional[torch.Tensor] = None,
     chunk_size: int = 64,
+    backward_precision: str = "auto",
     **kwargs,
 ):
     r"""Chunked KDA, forward and backward (a drop-in for ``fla.ops.kda.chunk_kda``).
@@ -55,11 +56,11 @@ def chunk_kda(
     CUDA backward: the chunked form on tensor cores. For bfloat16 / float16 inputs it computes
     in the input type with hi + lo halves of the operands whose rounding matters, and in float32
     when ``A_log`` or ``dt_bias`` is given (their gradients are per-head sums over all tokens);
-    gradients come back in the inputs' dtypes. ``LINATTN_CUDA_BWD`` picks another path:
-    ``split`` (the hi + lo form always; the A_log / dt_bias gradients can then miss SPEC's
-    1e-2), ``chunked16`` (the 16-bit type alone: fastest; dβ can miss it too), ``chunked32``
-    (float32), ``token`` (a float32 token replay, slower); ``chunked`` is the default; any other
-    value is an error (``ValueError``).
+    gradients come back in the inputs' dtypes. The keyword ``backward_precision`` picks another
+    form: ``"split"`` (the hi + lo form always; the A_log / dt_bias gradients can then miss
+    SPEC's 1e-2), ``"fast16"`` (the 16-bit type alone: fastest; dβ can miss it too),
+    ``"float32"`` (float32 throughout); ``"auto"`` is the default; any other value raises
+    ``ValueError``. The CPU backend ignores it.
 
     Shapes (``HV`` value heads, a multiple of the ``H`` query/key heads; with
     ``cu_seqlens``, ``B`` is 1 and ``N`` sequences are packed along ``T``, otherwise
@@ -105,6 +106,8 @@ def chunk_kda(
         A_log: ``[HV]`` gate parameter for ``use_gate_in_kernel``.
         dt_bias: ``[HV * K]`` gate bias for ``use_gate_in_kernel`` (optional).
         chunk_size: only 64 is supported.
+        backward_precision: the CUDA backward's compute form (above; ``linattn.ops.BACKWARD_PRECISIONS``).
+            With ``disable_recompute`` the forward keeps its intermediates in that form.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``[B, T, HV, V]`` in v's dtype; ``final_state`` is
@@ -138,7 +141,7 @@ def chunk_kda(
         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
         safe_gate=safe_gate, lower_bound=lower_bound, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, fn_name=name)
+        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
     if return_intermediate_states:
         return o, fs, h
     return o, fs

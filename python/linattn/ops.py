@@ -40,6 +40,8 @@ from . import _C
 
 __all__ = [
     "FAMILIES",
+    "BACKWARD_PRECISIONS",
+    "backward_precision_enum",
     "family_id",
     "make_options",
     "forward_numpy",
@@ -54,6 +56,26 @@ FAMILIES: Dict[str, int] = {"simple_gla": 0, "gla": 1, "gdn": 2, "kda": 3}
 CHUNK_SIZE: int = int(_C.CHUNK_SIZE)
 
 _INPUT_NAMES = ("g", "g_gamma", "beta", "A_log", "dt_bias", "initial_state", "cu_seqlens")
+
+
+#: Values of ``backward_precision`` (``linattn::BackwardPrecision``): how the CUDA backward of KDA
+#: and GDN computes. ``"auto"`` (default): for bfloat16 / float16 inputs the input type with hi + lo
+#: halves of the operands whose rounding matters ("split"), float32 when ``A_log`` / ``dt_bias``
+#: gradients are asked for (the in-kernel gate) or at K = 256; every gradient within SPEC.
+#: ``"split"``: the hi + lo form always (``dA_log`` / ``ddt_bias`` can miss 1e-2). ``"fast16"``:
+#: the 16-bit type alone, fastest (dbeta and the gate gradients can miss 1e-2). ``"float32"``:
+#: float32 throughout, the most accurate. The CPU backend ignores it. A forward with
+#: ``disable_recompute`` writes its saved buffer in this form: give the backward the same value.
+BACKWARD_PRECISIONS = ("auto", "split", "fast16", "float32")
+
+
+def backward_precision_enum(value) -> "_C.BackwardPrecision":
+    """The C++ enum for a name in :data:`BACKWARD_PRECISIONS` (or the enum itself)."""
+    if isinstance(value, _C.BackwardPrecision):
+        return value
+    if isinstance(value, str) and value in BACKWARD_PRECISIONS:
+        return getattr(_C.BackwardPrecision, value)
+    raise ValueError(f"backward_precision must be one of {list(BACKWARD_PRECISIONS)}, got {value!r}")
 
 
 def family_id(family) -> int:
@@ -78,11 +100,13 @@ def make_options(
     lower_bound: Optional[float] = None,
     state_v_first: bool = False,
     disable_recompute: bool = False,
+    backward_precision: str = "auto",
 ) -> "_C.Options":
     """Build the C++ ``Options`` struct (FLA's option names; ``scale=None`` means ``K ** -0.5``).
 
     ``disable_recompute`` only sizes the forward's workspace for a forward that fills a saved
-    buffer; the buffer itself is what the backward reads.
+    buffer; the buffer itself is what the backward reads. ``backward_precision``: one of
+    :data:`BACKWARD_PRECISIONS` (the CUDA backward's compute form).
     """
     return _C.Options(
         scale=None if scale is None else float(scale),
@@ -94,6 +118,7 @@ def make_options(
         lower_bound=None if lower_bound is None else float(lower_bound),
         state_v_first=bool(state_v_first),
         disable_recompute=bool(disable_recompute),
+        backward_precision=backward_precision_enum(backward_precision),
     )
 
 

@@ -40,6 +40,11 @@ struct Problem {
   // in.saved; for forward_workspace_size, Options::disable_recompute.
   bool has_saved = false;
 
+  // Test hook, never set by the public API: the backward runs the token replay (an independent
+  // algorithm kept as the tests' oracle for the chunked backward) instead. Set only by
+  // linattn::testing (common/testing.hpp).
+  bool token_replay = false;
+
   BetaTransform beta_tf;  // identity unless use_beta_sigmoid_in_kernel
   GateTransform gate_tf;  // identity unless use_gate_in_kernel
 

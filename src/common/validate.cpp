@@ -279,6 +279,17 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
     p->scale = 1.0 / std::sqrt(static_cast<double>(K));
   }
 
+  // ---- backward precision (an enum the C ABI and bindings pass as an integer)
+  switch (opt.backward_precision) {
+    case BackwardPrecision::kAuto:
+    case BackwardPrecision::kSplit:
+    case BackwardPrecision::kFast16:
+    case BackwardPrecision::kFloat32: break;
+    default:
+      return Status::Invalid("backward_precision " + std::to_string(static_cast<int>(opt.backward_precision)) +
+                             " is not one of auto (0), split (1), fast16 (2), float32 (3)");
+  }
+
   // ---- gates
   const int64_t gw = p->vector_gate ? K : 1;
   p->has_g = in.g.present();

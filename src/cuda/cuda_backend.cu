@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "common/backend.hpp"
@@ -11,87 +10,16 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/host_util.hpp"
+#include "cuda/config/heuristics.hpp"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda {
 namespace {
 
 using detail::Problem;
-constexpr int64_t kC = 64;
-constexpr std::size_t kAlign = 256;
-constexpr std::size_t kMaxSmem = 227 * 1024;
-
-std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// The fused state pass's V tile. One CTA per (sequence, value head, V tile) runs the whole
-// sequence, one CTA per SM. With tiles of 64 and at most half as many CTAs as SMs (B = 1, few
-// heads) the latency-bound pass would leave half the GPU idle, so 16-bit types then take tiles of
-// 32 (twice the CTAs). Measured on an H200 (K = V = 128, HV = 32, bf16): B = 1, T = 8192 GDN
-// 0.768 -> 0.650 ms, KDA 1.113 -> 0.998; at B = 2 (128 CTAs of 64) tiles of 32 lose (1.033 ->
-// 1.285 ms GDN with two stages one CTA per SM, 1.146 single-staged two per SM).
-// LINATTN_FUSED_VT=32|64 forces the tile (tests use it to cover both).
-struct FusedTile {
-  int vt, stages;
-  std::size_t smem;
-};
-
-FusedTile fused_tile(int dt, int K, int V, int HV, int N, int sms, bool rows) {
-  int vt = 32;
-  if (dt != 2) {
-    const int64_t ctas64 = static_cast<int64_t>(V / 64) * HV * N;
-    vt = 2 * ctas64 <= sms ? 32 : 64;
-    static const int forced = [] {  // read once: the knob is set before the process starts
-      const char* e = std::getenv("LINATTN_FUSED_VT");
-      return e ? (std::atoi(e) == 32 ? 32 : 64) : 0;
-    }();
-    if (forced) vt = forced;
-  }
-  for (int stages = 2; stages > 0; --stages) {
-    const std::size_t b = kern::state_smem_bytes(dt, K, stages, vt, rows);
-    if (b <= kMaxSmem) return {vt, stages, b};
-  }
-  return {vt, 0, kern::state_smem_bytes(dt, K, 0, vt, rows)};
-}
-
-int sm_count(int device) {
-  static int cached[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (cached[device] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
-    cached[device] = n;
-  }
-  return cached[device];
-}
-
-Status supported(const Problem& p) {
-  if (p.family != Family::kKDA && p.family != Family::kGDN) {
-    return Status::Unsupported(std::string("CUDA forward for ") + family_name(p.family) +
-                               " is not implemented yet (KDA and GDN only)");
-  }
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32) {
-    return Status::Unsupported(std::string("CUDA forward takes bfloat16, float16 or float32 q/k/v, got ") +
-                               dtype_name(p.dtype));
-  }
-  auto ok_size = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
-  if (!ok_size(p.K)) {
-    return Status::Unsupported("CUDA forward supports head size K in {64, 128, 256}, got K = " + std::to_string(p.K));
-  }
-  if (!ok_size(p.V)) {
-    return Status::Unsupported("CUDA forward supports head size V in {64, 128, 256}, got V = " + std::to_string(p.V));
-  }
-  if (p.B * p.T >= (int64_t{1} << 31) || p.num_chunks * p.HV >= (int64_t{1} << 31)) {
-    return Status::Unsupported("CUDA forward: too many tokens for 32-bit token indices");
-  }
-  if (p.num_chunks > 0x7fffffff || p.HV > 65535 || p.N > 65535) {
-    return Status::Unsupported("CUDA forward: grid too large (HV and the sequence count must be <= 65535)");
-  }
-  return Status::Ok();
-}
-
-// GDN with 16-bit inputs: the fused state pass reads the raw q / k rows and per-row factors
-// instead of Qg and KgT (scalar gate: the decay of a row is one number). Measured on an H200,
-// B=2, T=8192, H=16, HV=32, K=V=128 bf16: see bench/NOTES_cuda_forward.md (v9).
-bool raw_rows(const Problem& p) { return p.family == Family::kGDN && p.dtype != DType::kFloat32; }
+using config::align_up;
+using config::raw_rows;
+constexpr int64_t kC = config::kChunk;
 
 // Workspace carve-up (byte offsets). Raw-row mode: no Qg / KgT, [2][64] row factors per block.
 struct WsLayout {
@@ -126,17 +54,19 @@ bool available() {
 }
 
 std::size_t forward_workspace_bytes(const Problem& p) {
-  if (!supported(p).ok()) return 0;
+  if (!config::can_implement(p, "forward").ok()) return 0;
   // disable_recompute: the forward that fills a saved buffer runs other kernels (chunk_bwd.hpp)
   if (p.has_saved) return std::max(WsLayout(p).total, forward_saved_workspace_bytes(p));
   return WsLayout(p).total;
 }
 std::size_t backward_workspace_bytes(const Problem& p) { return backward_kda_gdn_workspace_bytes(p); }
-std::size_t saved_bytes(const Problem& p) { return supported(p).ok() ? saved_kda_gdn_bytes(p) : 0; }
+std::size_t saved_bytes(const Problem& p) {
+  return config::can_implement(p, "forward").ok() ? saved_kda_gdn_bytes(p) : 0;
+}
 
 Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
                Stream stream) {
-  Status s = supported(p);
+  Status s = config::can_implement(p, "forward");
   if (!s.ok()) return s;
   s = check_aligned({{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
                      {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias}, {"initial_state", &in.initial_state},
@@ -172,13 +102,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, in);
     pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
-    const bool vec_gate = p.family == Family::kKDA;
-    std::size_t smem = kern::prep_smem_bytes(dt, pp.K, true, vec_gate);
-    pp.q_in_smem = 1;
-    if (smem > 200 * 1024) {
-      smem = kern::prep_smem_bytes(dt, pp.K, false, vec_gate);
-      pp.q_in_smem = 0;
-    }
+    const config::PrepSmem smem = config::prep_smem(dt, pp.K, /*vec_gate=*/p.family == Family::kKDA);
+    pp.q_in_smem = smem.q_in_smem;
     pp.W = base + lay.W;
     pp.U = base + lay.U;
     if (raw_rows(p)) {
@@ -189,8 +114,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.Aqk = base + lay.Aqk;
     pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
-    e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem), st)
-                                 : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem), st);
+    e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem.bytes), st)
+                                 : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch", e);
   }
 
@@ -226,7 +151,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.K = static_cast<int>(p.K);
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
-    const FusedTile ft = fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, sm_count(p.device.index), raw_rows(p));
+    const config::FusedTile ft =
+        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), raw_rows(p));
     sp.fused_vt = ft.vt;
     sp.stages = ft.stages;
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};

@@ -120,6 +120,23 @@ TEST(CApi, ErrorsCarryCodeAndMessageAndWriteNothing) {
   in.q.ndim = 9;
   EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
             LINATTN_INVALID_ARGUMENT);
+  // backward_precision: the defaults agree, every enum value is accepted (the CPU ignores it), a
+  // value outside the enum is refused naming the accepted ones.
+  in = c.c_in();
+  EXPECT_EQ(opt.backward_precision, LINATTN_BACKWARD_AUTO);
+  EXPECT_EQ(static_cast<int>(Options{}.backward_precision), LINATTN_BACKWARD_AUTO);
+  for (int bp : {LINATTN_BACKWARD_AUTO, LINATTN_BACKWARD_SPLIT, LINATTN_BACKWARD_FAST16, LINATTN_BACKWARD_FLOAT32}) {
+    opt.backward_precision = bp;
+    EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), ws.size(), nullptr, err, sizeof err),
+              LINATTN_OK)
+        << err;
+  }
+  opt.backward_precision = 4;
+  size_t bytes = 0;
+  EXPECT_EQ(linattn_forward_workspace_size(LINATTN_KDA, &in, &opt, &bytes, err, sizeof err), LINATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("backward_precision"), std::string::npos) << err;
+  EXPECT_NE(std::string(err).find("fast16"), std::string::npos) << err;
+  opt = linattn_default_options();
   // A short error buffer is truncated and terminated.
   char tiny[4] = {'x', 'x', 'x', 'x'};
   linattn_forward(LINATTN_KDA, nullptr, &out, &opt, nullptr, 0, nullptr, tiny, sizeof tiny);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing.hpp"
 #include "linattn/linattn.hpp"
 #include "test_util.hpp"
 
@@ -200,7 +201,10 @@ inline FwdResult run_forward(const Config& c, const Data& d, bool reference, boo
   return r;
 }
 
-inline BwdResult run_backward(const Config& c, const Data& d, bool reference, const HostTensor* saved = nullptr) {
+// reference: the float64 reference; token_replay: the backend's token-replay backward (a test hook,
+// common/testing.hpp) instead of its chunked one.
+inline BwdResult run_backward(const Config& c, const Data& d, bool reference, const HostTensor* saved = nullptr,
+                              bool token_replay = false) {
   BwdResult r;
   auto grad = [&](const HostTensor& t) { return like(t, reference ? DType::kFloat64 : t.dtype()); };
   r.dq = grad(d.q);
@@ -224,6 +228,12 @@ inline BwdResult run_backward(const Config& c, const Data& d, bool reference, co
   Status s;
   if (reference) {
     s = reference_backward(c.family, in, out, c.options());
+  } else if (token_replay) {
+    std::size_t wb = 0;
+    s = linattn::testing::token_replay_backward_workspace_size(c.family, in, c.options(), &wb);
+    EXPECT_TRUE(s.ok()) << s.message;
+    std::vector<unsigned char> ws(wb);
+    s = linattn::testing::token_replay_backward(c.family, in, out, c.options(), Workspace{ws.data(), ws.size()});
   } else {
     std::size_t wb = 0;
     s = backward_workspace_size(c.family, in, c.options(), &wb);

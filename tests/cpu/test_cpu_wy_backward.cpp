@@ -420,13 +420,6 @@ INSTANTIATE_TEST_SUITE_P(Families, WyChunk, ::testing::ValuesIn(chunk_params()),
 
 // ---------------------------------------------------------------- the whole backward
 
-// Restores the backward selection when a test ends.
-struct UseWy {
-  bool prev;
-  explicit UseWy(bool on) : prev(lc::wy_backward()) { lc::set_wy_backward(on); }
-  ~UseWy() { lc::set_wy_backward(prev); }
-};
-
 struct WholeParam {
   Family family;
   int option;  // 0 plain, 1 states + l2norm, 2 lower-bound / clamped gate, 3 varlen + GVA, 4 gate in kernel + beta sigmoid
@@ -468,15 +461,8 @@ TEST_P(WyWhole, MatchesReferenceAndTokenReplay) {
   const Config c = whole_config(GetParam());
   const Data d = make_data(c);
   const BwdResult ref = run_backward(c, d.as_f64(), /*reference=*/true);
-  BwdResult wy, replay;
-  {
-    UseWy on(true);
-    wy = run_backward(c, d, false);
-  }
-  {
-    UseWy off(false);
-    replay = run_backward(c, d, false);
-  }
+  const BwdResult wy = run_backward(c, d, false);
+  const BwdResult replay = run_backward(c, d, false, nullptr, /*token_replay=*/true);
   const double tol = tolerance_for(c.dtype);
   auto check = [&](const char* what, const HostTensor& x, const HostTensor& r, const HostTensor& t) {
     if (!r.present()) return;

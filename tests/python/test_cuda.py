@@ -94,6 +94,25 @@ def test_backward_vs_reference(family):
         assert_close("d" + n, x.grad, rg[GRAD_OF[n]], torch.bfloat16)
 
 
+@pytest.mark.parametrize("family", ["kda", "gdn"])
+@pytest.mark.parametrize("precision", ["split", "float32"])
+@pytest.mark.parametrize("disable_recompute", [False, True])
+def test_backward_precision(family, precision, disable_recompute):
+    """backward_precision picks the CUDA backward's form (gradients within SPEC on both; with
+    disable_recompute the forward keeps its intermediates in that form)."""
+    t, opts = make_inputs(family, B=1, T=200, H=2, dtype=torch.bfloat16)
+    tc = {n: x.cuda().requires_grad_() for n, x in t.items()}
+    o, ht = _call(family, tc, opts, output_final_state=True, backward_precision=precision,
+                  disable_recompute=disable_recompute)
+    do = torch.randn_like(o)
+    torch.autograd.backward([o, ht], [do, torch.ones_like(ht)])
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    rg = reference.backward(family, t["q"], t["k"], t["v"], do.cpu(), dht=torch.ones_like(ht).cpu(),
+                            **ref_kw, **opts)
+    for n, x in tc.items():
+        assert_close("d" + n, x.grad, rg[GRAD_OF[n]], torch.bfloat16)
+
+
 def test_runs_on_the_current_stream():
     t, opts = make_inputs("kda", B=2, T=256, H=2, dtype=torch.bfloat16)
     tc = _cuda(t)

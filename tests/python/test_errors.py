@@ -136,3 +136,20 @@ def test_non_tensor_inputs(kda):
 def test_cuda_tensors_without_cuda_backend(kda):
     with pytest.raises(NotImplementedError, match="no CUDA backend"):
         run({n: x.cuda() for n, x in kda.items()})
+
+
+def test_backward_precision_values(kda):
+    """backward_precision: the four names are accepted (the CPU backend ignores it: the same
+    result), anything else is a ValueError; the Options binding takes the enum."""
+    from linattn import ops
+
+    o_auto, _ = run(kda)
+    for name in ops.BACKWARD_PRECISIONS:
+        o, _ = run(kda, backward_precision=name)
+        assert torch.equal(o, o_auto)
+    with pytest.raises(ValueError, match="backward_precision"):
+        run(kda, backward_precision="chunked16")
+    with pytest.raises(ValueError, match="backward_precision"):
+        ops.make_options(backward_precision="token")
+    opt = ops.make_options(backward_precision="fast16")
+    assert opt.backward_precision == linattn._C.BackwardPrecision.fast16

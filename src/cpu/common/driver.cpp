@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -21,8 +20,6 @@ namespace linattn::cpu {
 using detail::Problem;
 
 namespace {
-
-std::atomic<bool> g_wy_backward{true};
 
 bool use_f64(const Problem& p) { return p.dtype == DType::kFloat64; }
 
@@ -202,7 +199,7 @@ void backward_task(const FamilyTraits& tr, const Problem& p, const BackwardInput
     const HeadParams<T> hp = load_head_params<T>(p, fin, hv);
     T* part = partials + (n * p.HV + hv) * partial_stride(p);
     fill(part, T(0), partial_stride(p));
-    if (g_wy_backward.load(std::memory_order_relaxed)) {
+    if (!p.token_replay) {  // the chunked WY backward; the token replay is the tests' oracle
       backward_head_wy(tr, p, in, out, n, hv, s, part);
       continue;
     }
@@ -335,9 +332,6 @@ Status check_traits(const FamilyTraits& tr, const Problem& p) {
 }
 
 }  // namespace
-
-void set_wy_backward(bool on) { g_wy_backward.store(on); }
-bool wy_backward() { return g_wy_backward.load(); }
 
 std::size_t forward_workspace(const Problem& p) {
   const std::size_t per = use_f64(p) ? scratch_bytes<FwdScratch<double>>(p) : scratch_bytes<FwdScratch<float>>(p);

@@ -14,11 +14,9 @@ std::size_t backward_workspace(const detail::Problem& p);
 // num_chunks * HV * K * V states in the compute type (float32, float64 for float64 inputs).
 std::size_t saved_state_bytes(const detail::Problem& p);
 
-// Which backward the CPU backend runs: the chunked WY backward (chunk_bwd.hpp, the default) or
-// the token replay inside each chunk (token.hpp), kept as the independent check of the former.
-// Internal switch for tests; not thread-safe against concurrent backward calls.
-void set_wy_backward(bool on);
-bool wy_backward();
+// The backward runs the chunked WY backward (chunk_bwd.hpp), or the token replay inside each chunk
+// (token.hpp) when Problem::token_replay is set: the tests' independent check of the former,
+// reached through linattn::testing::token_replay_backward (common/testing.hpp).
 
 Status run_forward(const FamilyTraits& tr, const detail::Problem& p, const ForwardInputs& in,
                    const ForwardOutputs& out, Workspace ws);

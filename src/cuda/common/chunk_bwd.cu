@@ -1,22 +1,23 @@
 // Host side of the CUDA delta-rule backward (KDA, GDN) and its token-parallel kernels: the path
-// choice (BackwardMode), input preparation (float32 copies of 16-bit inputs; l2norm, gate, beta),
+// choice (Options::backward_precision, Problem::token_replay), input preparation (float32 copies of 16-bit inputs; l2norm, gate, beta),
 // the final fixed-order reductions and the transforms' backward. The token-recurrence kernels are
 // in chunk_bwd_token.cu; design in chunk_bwd.cuh.
 #include "cuda/common/chunk_bwd.hpp"
 #include "cuda/common/host_util.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/backward_form.hpp"
+#include "cuda/config/heuristics.hpp"
+#include "cuda/config/limits.hpp"
+#include "cuda/host/saved_buffer.hpp"
+#include "cuda/host/stage_timer.hpp"
 
 namespace linattn::cuda {
 namespace bwd {
@@ -88,8 +89,8 @@ __global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, 
 #pragma unroll
   for (int m = 0; m < kMaxKPerLane; ++m) {
     const int c = lane + 32 * m;
-    xq[m] = c < K ? ldf(q, dt, base + c) : 0.f;
-    xk[m] = c < K ? ldf(k, dt, base + c) : 0.f;
+    xq[m] = c < K ? kern::load_any(q, dt, base + c) : 0.f;
+    xk[m] = c < K ? kern::load_any(k, dt, base + c) : 0.f;
     sq += xq[m] * xq[m];
     sk += xk[m] * xk[m];
   }
@@ -115,18 +116,18 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int hv = static_cast<int>(row % HV);
-  const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+  const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
   for (int c = lane; c < KG; c += 32) {
     float val = 1.f;
     if (has_g) {
-      const float raw = ldf(g, g_dt, row * KG + c);
-      const float dtb = (ga.kind != 0 && ga.has_dtb) ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
+      const float raw = kern::load_any(g, g_dt, row * KG + c);
+      const float dtb = (ga.kind != 0 && ga.has_dtb) ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
       val = expf(gate_fwd(ga, raw, dtb, alog));
     }
     e[row * KG + c] = val;
   }
   if (lane == 0) {
-    float b = ldf(beta, beta_dt, row);
+    float b = kern::load_any(beta, beta_dt, row);
     if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * sigm(b);
     bt[row] = b;
   }
@@ -230,15 +231,15 @@ __global__ void finish_gb_kernel(const FinishGB p) {
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
     const GateArgs& ga = p.ga;
-    const float alog = (ga.kind != 0 && ga.has_alog) ? ldf(ga.A_log, ga.alog_dt, hv) : 0.f;
+    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
     if (p.KG > 1) {
       float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
-        raw[m] = c < K ? ldf(p.g, p.g_dt, row * K + c) : 0.f;
-        dtb[m] = c < K && ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
       }
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
@@ -252,8 +253,8 @@ __global__ void finish_gb_kernel(const FinishGB p) {
       da = warp_sum(da);
     } else {
       dsum = warp_sum(dsum);
-      const float raw = ldf(p.g, p.g_dt, row);
-      const float dtb = ga.has_dtb ? ldf(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
+      const float raw = kern::load_any(p.g, p.g_dt, row);
+      const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
       const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da);
       if (lane == 0) {
         if (p.dg) stf(p.dg, p.g_dt, row, d);
@@ -267,7 +268,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
     if (p.beta_mode != 0) {
-      const float sg = sigm(ldf(p.beta, p.beta_dt, row));
+      const float sg = sigm(kern::load_any(p.beta, p.beta_dt, row));
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
     stf(p.dbeta, p.beta_dt, row, s * der);
@@ -329,11 +330,12 @@ __global__ void widen_kernel(const WidenArgs a) {
     }
     tail = n8 * 8;
   }
-  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = ldf(src, a.dt, i);
+  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = kern::load_any(src, a.dt, i);
 }
 
-constexpr std::size_t kAlign = 256;
-std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+using config::align_up;
+using config::kAlign;
+using config::kMaxSmem;
 
 struct Plan {
   int NV = 0, NS = 1, tps = 1, KG = 1;
@@ -344,12 +346,7 @@ struct Plan {
     NV = static_cast<int>(p.V / kVT);
     KG = p.vector_gate ? static_cast<int>(p.K) : 1;
     tokens = p.B * p.T;
-    // V splits: enough CTAs to fill the GPU, at most 4 (the partial buffers scale with it)
-    const int64_t ctas = std::max<int64_t>(1, p.N * p.HV);
-    const int64_t want = std::max<int64_t>(1, (512 + ctas - 1) / ctas);
-    NS = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(NV), int64_t{4}, want}));
-    tps = (NV + NS - 1) / NS;
-    NS = (NV + tps - 1) / tps;
+    config::token_v_splits(NV, p.N * p.HV, &NS, &tps);
     const std::size_t T = static_cast<std::size_t>(tokens);
     const std::size_t qk = T * p.H * p.K * 4, tv = T * p.HV * p.K * 4, th = T * p.HV * 4;
     std::size_t o = 0;
@@ -369,59 +366,20 @@ struct Plan {
   }
 };
 
-// How the chunked (WY) backward computes: in the 16-bit input type (kSixteen, chunked16), in it
-// with hi + lo halves where accuracy needs them (kSplit, the default for 16-bit inputs; see
-// docs/chunked_backward.md, "Precision on 16-bit inputs"), or in float32 (kFloat32).
-enum class Compute { kSixteen, kSplit, kFloat32 };
+// The compute form (Compute, ComputeForm, compute_of): config/backward_form.hpp.
+using config::Compute;
+using config::compute_of;
+using config::compute_name;
 
-// What the compute type means for the buffers: float32 (16-bit inputs widened first), or the
-// 16-bit input type, with the split form's low halves.
-struct ComputeForm {
-  bool f32, split, widen;
-  ComputeForm(const detail::Problem& p, Compute compute)
-      : f32(compute == Compute::kFloat32 || p.dtype == DType::kFloat32),
-        split(!f32 && compute == Compute::kSplit),
-        widen(f32 && p.dtype != DType::kFloat32) {}
+// What the compute form means for problem p's buffers.
+struct ComputeForm : config::ComputeForm {
+  ComputeForm(const detail::Problem& p, Compute compute) : config::ComputeForm(p.dtype, compute) {}
 };
 
-// ---- disable_recompute. A forward given `saved` runs the backward's front half (chunk_prep in
-// its backward form, then the state pass, then O from the chunk-start states) and keeps in
-// `saved` everything the backward reads after that half; a backward given `saved` skips it.
-// Layout: a header (what the buffer was written for), then per (chunk, value head) blocks of
-// W, Qg, KgT [64][K], Aqk and M⁻¹ [64][64], V_new [64][V] in the compute type (with the split
-// form's KgT and V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32).
-constexpr std::size_t kSavedHeaderBytes = 256;
-constexpr char kSavedMagic[8] = {'L', 'N', 'A', 'C', 'U', 'D', 'A', '1'};
-
-struct SavedHeader {
-  char magic[8];
-  int32_t family, dtype, compute, v_first;
-  int64_t tokens, N, H, HV, K, V, num_chunks;
-  uint64_t layout;  // detail::saved_problem_hash
-};
-static_assert(sizeof(SavedHeader) <= 128, "written by one 128-thread block");
-
-SavedHeader saved_header(const detail::Problem& p, Compute compute) {
-  SavedHeader h{};
-  std::memcpy(h.magic, kSavedMagic, sizeof h.magic);
-  h.family = static_cast<int32_t>(p.family);
-  h.dtype = static_cast<int32_t>(p.dtype);
-  h.compute = static_cast<int32_t>(compute);
-  h.v_first = p.opt.state_v_first ? 1 : 0;
-  h.tokens = p.B * p.T;
-  h.N = p.N;
-  h.H = p.H;
-  h.HV = p.HV;
-  h.K = p.K;
-  h.V = p.V;
-  h.num_chunks = p.num_chunks;
-  h.layout = detail::saved_problem_hash(p);
-  return h;
-}
-
-__global__ void write_saved_header_kernel(const SavedHeader h, unsigned char* dst) {
-  if (threadIdx.x < sizeof(SavedHeader)) dst[threadIdx.x] = reinterpret_cast<const unsigned char*>(&h)[threadIdx.x];
-}
+// The saved buffer (disable_recompute) and the front half's offsets: host/saved_buffer.hpp.
+using host::FrontOffsets;
+using host::kSavedHeaderBytes;
+using host::SavedLayout;
 
 // h in the caller's float64 (return_intermediate_states next to a saved buffer): from saved's float32.
 __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
@@ -429,45 +387,6 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = src[i];
 }
-
-// Byte offsets of the front half's buffers (chunk_prep's and the state pass's outputs) inside one
-// region: the backward's workspace, or a saved buffer. kNone: absent.
-struct FrontOffsets {
-  static constexpr std::size_t kNone = ~std::size_t{0};
-  std::size_t W = kNone, U = kNone, Qg = kNone, KgT = kNone, Aqk = kNone, Ainv = kNone, gexp = kNone, h = kNone,
-              vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
-};
-
-struct SavedLayout {
-  FrontOffsets front;  // U and its low half where V_new and its low half go (see front_bufs)
-  std::size_t total = 0;
-  SavedLayout(const detail::Problem& p, Compute compute) {
-    const ComputeForm cf(p, compute);
-    const std::size_t es = cf.f32 ? 4 : 2;
-    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
-    const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
-    FrontOffsets& f = front;
-    std::size_t o = kSavedHeaderBytes;
-    f.W = o; o = align_up(o + nb * kC * K * es);
-    f.Qg = o; o = align_up(o + nb * kC * K * es);
-    f.KgT = o; o = align_up(o + nb * kC * K * es);
-    f.Aqk = o; o = align_up(o + nb * kC * kC * es);
-    f.Ainv = o; o = align_up(o + nb * kC * kC * es);
-    f.gexp = o; o = align_up(o + nb * K * 4);
-    f.h = o; o = align_up(o + nb * K * V * 4);
-    f.vnew = o; o = align_up(o + nb * kC * V * es);
-    if (cf.split) {
-      f.KgT_lo = o; o = align_up(o + nb * kC * K * es);
-      f.vnew_lo = o; o = align_up(o + nb * kC * V * es);
-    }
-    // The forward's chunk_prep writes U and its low half where V_new and its low half go: the
-    // state pass reads each element before it overwrites it, same thread. The backward does not
-    // read U.
-    f.U = f.vnew;
-    f.U_lo = f.vnew_lo;
-    total = o;
-  }
-};
 
 // Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (16-bit q, k, v,
 // dO are first widened into q32, k32, v32, dO32; float32 inputs are read in place); otherwise in
@@ -586,80 +505,9 @@ struct SavedForwardPlan {
   }
 };
 
-// set_backward_mode's setting (a BackwardMode).
-std::atomic<int> g_mode{kBackwardFromEnv};
-
-enum class Path { kChunked, kChunked16, kChunkedSplit, kChunked32, kToken };
-
-// Pass 1's split form needs KgT's low half staged beside its other operands: at K = 256 that does
-// not fit shared memory, and the default computes in float32 there instead.
-bool split_fits(const detail::Problem& p) {
-  return dh_smem_bytes(dtype_code(p.dtype), static_cast<int>(p.K), 1, true) <= 227 * 1024;
-}
-
-// The gradients of the gate parameters A_log and dt_bias are per-head sums over every token of
-// dg times the gate's derivative, and they cancel heavily: 16-bit intermediates, even split, leave
-// them up to 0.2 off on SPEC's test cases (dg itself is within 4e-3). With those parameters the
-// default therefore computes in float32.
-bool needs_float32(const detail::Problem& p) { return p.has_g && (p.has_A_log || p.has_dt_bias); }
-
-Compute compute_of(const detail::Problem& p, Path path) {
-  if (p.dtype == DType::kFloat32 || path == Path::kChunked32) return Compute::kFloat32;
-  if (path == Path::kChunked16) return Compute::kSixteen;
-  if (path == Path::kChunked && needs_float32(p)) return Compute::kFloat32;
-  return split_fits(p) ? Compute::kSplit : Compute::kFloat32;
-}
-
-// The path p runs under the current setting, or kInvalidArgument for an unknown LINATTN_CUDA_BWD
-// (a typo must not silently run another path). The default is the chunked form; for 16-bit
-// inputs it computes in the input type with hi + lo halves at the few operands whose rounding
-// otherwise puts dβ above SPEC's 1e-2 (docs/chunked_backward.md, "Precision on 16-bit inputs"),
-// and in float32 when the gate parameters' gradients are asked for (needs_float32).
-Status choose_path(const detail::Problem& p, Path* path) {
-  int m = g_mode.load(std::memory_order_relaxed);
-  if (m == kBackwardFromEnv) {
-    m = kBackwardChunked;
-    const char* e = std::getenv("LINATTN_CUDA_BWD");
-    if (e && *e) {  // set and not empty
-      if (std::strcmp(e, "chunked") == 0) m = kBackwardChunked;
-      else if (std::strcmp(e, "chunked16") == 0) m = kBackwardChunked16;
-      else if (std::strcmp(e, "chunked32") == 0) m = kBackwardChunked32;
-      else if (std::strcmp(e, "split") == 0) m = kBackwardSplit;
-      else if (std::strcmp(e, "token") == 0) m = kBackwardToken;
-      else
-        return Status::Invalid(std::string("LINATTN_CUDA_BWD=") + e +
-                               " is not a CUDA backward mode; accepted: chunked (the default: the chunked form; "
-                               "16-bit inputs with hi + lo halves where accuracy needs them, in float32 when the "
-                               "gate's A_log / dt_bias are given), split (the hi + lo form always), chunked16 (the "
-                               "chunked form in the 16-bit input type alone), chunked32 (the chunked form "
-                               "computed in float32), token (the float32 token replay), or unset");
-    }
-  }
-  if (m == kBackwardToken) *path = Path::kToken;
-  else if (m == kBackwardChunked16 && p.dtype != DType::kFloat32) *path = Path::kChunked16;
-  else if (m == kBackwardChunked32) *path = Path::kChunked32;
-  else if (m == kBackwardSplit) *path = Path::kChunkedSplit;
-  else *path = Path::kChunked;
-  return Status::Ok();
-}
-
 // p.has_saved: the backward is given a saved buffer (the token replay does not read it).
-std::size_t workspace_of(const detail::Problem& p, Path path) {
-  return path == Path::kToken ? Plan(p).total : ChunkPlan(p, compute_of(p, path), p.has_saved).total;
-}
-
-Status supported(const detail::Problem& p) {
-  if (p.family != Family::kKDA && p.family != Family::kGDN)
-    return Status::Unsupported("CUDA backward: KDA and GDN only");
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32)
-    return Status::Unsupported(std::string("CUDA backward takes bfloat16, float16 or float32 q/k/v, got ") +
-                               dtype_name(p.dtype));
-  auto ok = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
-  if (!ok(p.K)) return Status::Unsupported("CUDA backward supports K in {64, 128, 256}, got " + std::to_string(p.K));
-  if (!ok(p.V)) return Status::Unsupported("CUDA backward supports V in {64, 128, 256}, got " + std::to_string(p.V));
-  if (p.B * p.T >= (int64_t{1} << 31) || p.N > 65535 || p.HV > 65535)
-    return Status::Unsupported("CUDA backward: problem too large for its index types");
-  return Status::Ok();
+std::size_t workspace_of(const detail::Problem& p) {
+  return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), p.has_saved).total;
 }
 
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
@@ -753,7 +601,6 @@ struct FrontOutputs {
 // buffer (the same kernels with the same inputs: bitwise the same values).
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
                  const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st) {
-  constexpr std::size_t kMaxSmem = 227 * 1024;
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   if (p.num_chunks > 0) {
@@ -762,12 +609,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     pp.k = k_in;
     pp.v = v_in;
     pp.chunks = b.chunks;
-    std::size_t smem = kern::prep_smem_bytes(cdt, K, true);
-    pp.q_in_smem = 1;
-    if (smem > 200 * 1024) {
-      smem = kern::prep_smem_bytes(cdt, K, false);
-      pp.q_in_smem = 0;
-    }
+    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
+    pp.q_in_smem = smem.q_in_smem;
     pp.W = b.W;
     pp.U = b.U;
     pp.Qg = b.Qg;
@@ -779,8 +622,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
       pp.U_lo = b.U_lo;
       pp.KgT_lo = b.KgT_lo;
     }
-    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem), st)
-                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem), st);
+    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem.bytes), st)
+                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
   }
   if (p.N > 0) {
@@ -809,13 +652,11 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     sp.K = K;
     sp.V = V;
     sp.v_first = p.opt.state_v_first ? 1 : 0;
-    int stages = 2;
-    std::size_t smem = kern::state_smem_bytes(cdt, K, 2);
-    if (smem > kMaxSmem) { stages = 1; smem = kern::state_smem_bytes(cdt, K, 1); }
-    if (smem > kMaxSmem) { stages = 0; smem = kern::state_smem_bytes(cdt, K, 0); }
-    sp.stages = stages;
+    const config::Staged sg = config::state_stages(cdt, K);
+    const std::size_t smem = sg.smem;
+    sp.stages = sg.stages;
     if (split) {
-      if (stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
+      if (sg.stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
       sp.U_lo = b.U_lo;
       sp.vnew_lo = b.vnew_lo;  // may be U_lo: each element is read before it is written, same thread
     }
@@ -825,339 +666,245 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   return Status::Ok();
 }
 
-// The compute form a saved buffer is written and read in: the chunked path's under the current
-// setting (the token replay does not read saved buffers; its forward writes the default form's).
-Status saved_compute(const detail::Problem& p, Compute* c) {
-  Path path = Path::kChunked;
-  if (Status s = choose_path(p, &path); !s.ok()) return s;
-  *c = compute_of(p, path == Path::kToken ? Path::kChunked : path);
-  return Status::Ok();
-}
+// What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
+// the per-token rows of the column sums; KG = K (vector gate) or 1.
+struct Partials {
+  float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
+  int NS = 1, KG = 1;
+};
 
-const char* compute_name(int32_t c) {
-  switch (static_cast<Compute>(c)) {
-    case Compute::kSixteen: return "chunked16";
-    case Compute::kSplit: return "split";
-    case Compute::kFloat32: return "float32";
-  }
-  return "unknown";
-}
-
-// The backward refuses a saved buffer another problem (or another compute form) wrote. That
-// needs its header on the host: one 128-byte read, which waits for the stream. A stream that is
-// capturing a graph cannot wait: there the header is not checked (the graph's shapes are fixed).
-Status check_saved_header(const detail::Problem& p, Compute compute, const void* saved, cudaStream_t st) {
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(st, &cs);
-  if (e != cudaSuccess) return cuda_error("cudaStreamIsCapturing", e);
-  if (cs != cudaStreamCaptureStatusNone) return Status::Ok();
-  SavedHeader got{};
-  if ((e = cudaMemcpyAsync(&got, saved, sizeof got, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
-      (e = cudaStreamSynchronize(st)) != cudaSuccess)
-    return cuda_error("reading the saved buffer's header", e);
-  const SavedHeader want = saved_header(p, compute);
-  if (std::memcmp(&got, &want, sizeof want) == 0) return Status::Ok();
-  SavedHeader same = got;
-  same.compute = want.compute;
-  if (std::memcmp(&same, &want, sizeof want) == 0)
-    return Status::Invalid(std::string("saved was written for the ") + compute_name(got.compute) +
-                           " backward form, this backward runs the " + compute_name(want.compute) +
-                           " form (LINATTN_CUDA_BWD or set_backward_mode changed between forward and backward)");
-  return Status::Invalid("saved was not written by a CUDA forward of this problem (family, dtype, sizes, "
-                         "sequences, input transforms, scale or state layout differ)");
-}
-
-}  // namespace
-}  // namespace bwd
-
-void set_backward_mode(int mode) {
-  const bool known = mode == kBackwardChunked || mode == kBackwardToken || mode == kBackwardChunked16 ||
-                     mode == kBackwardChunked32 || mode == kBackwardSplit;
-  bwd::g_mode.store(known ? mode : kBackwardFromEnv);
-}
-void set_token_backward(int mode) { set_backward_mode(mode); }
-
-std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
-  if (!bwd::supported(p).ok()) return 0;
-  bwd::Path path = bwd::Path::kChunked;
-  if (!bwd::choose_path(p, &path).ok()) return 0;
-  return bwd::workspace_of(p, path);
-}
-
-Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
-                        Workspace ws, cudaStream_t st) {
-  using namespace bwd;
-  Status s = supported(p);
-  if (!s.ok()) return s;
+// The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
+// chunk-boundary states, then the token recurrence backward; the partials in *parts.
+Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        unsigned char* base, cudaStream_t st, Partials* parts) {
   const ForwardInputs& f = in.fwd;
-  s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
-                     {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias}, {"initial_state", &f.initial_state},
-                     {"d_o", &in.d_o}, {"dht", &in.dht}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv},
-                     {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
-                     {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
-  if (!s.ok()) return s;
-  Path path = Path::kChunked;
-  s = choose_path(p, &path);
-  if (!s.ok()) return s;
-  const bool token = path == Path::kToken;
-  const bool from_saved = !token && in.saved.present();
-  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute_of(p, path), from_saved).total;
-  if (ws.bytes < need || (need > 0 && ws.data == nullptr))
-    return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
-  // The saved buffer's shape checks need no device; its header is read after the switch to it.
-  const Compute saved_form = compute_of(p, path);
-  const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
-  const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
-  auto saved_size_error = [&] {
-    return Status::Invalid("saved has " + std::to_string(saved_have) + " bytes, needs " +
-                           std::to_string(saved_want) + " (see saved_bytes)");
-  };
-  if (from_saved) {
-    if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
-      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
-    if (saved_have < kSavedHeaderBytes) return saved_size_error();
-  }
-  DeviceGuard device;
-  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
-  if (from_saved) {
-    // header first: a buffer written under another backward form has another size, the header says which
-    if (Status hs = check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
-    if (saved_have < saved_want) return saved_size_error();
-  }
   cudaError_t e = cudaSuccess;
-
-  unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
   const int64_t tokens = p.B * p.T;
-  static_assert(sizeof(SeqInfo) == sizeof(kern::SeqInfo), "bwd::SeqInfo mirrors kern::SeqInfo");
-
   const GateArgs ga = gate_args(p, f);
   const int beta_mode = beta_mode_code(p);
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
-
-  // What the finish kernels read: float32 partials [NS][tokens][HV][K] (pb [NS][tokens][HV]) and
-  // the per-token rows of the column sums.
-  float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
-  int NS = 1, KG = 1;
-
-  if (token) {
-    const Plan pl(p);
-    NS = pl.NS;
-    KG = pl.KG;
-    if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
-    float* qn = reinterpret_cast<float*>(base + pl.qn);
-    float* kn = reinterpret_cast<float*>(base + pl.kn);
-    float* ev = reinterpret_cast<float*>(base + pl.e);
-    float* bt = reinterpret_cast<float*>(base + pl.bt);
-    if (tokens > 0) {
-      prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
-                                                                static_cast<int>(p.K), l2);
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
-      prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
-          p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
-          dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
-    }
-    TokenParams tp{};
-    tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
-    tp.qn = qn;
-    tp.kn = kn;
-    tp.e = ev;
-    tp.bt = bt;
-    tp.v = f.v.data;
-    tp.d_o = in.d_o.data;
-    tp.v_dt = dt;
-    tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
-    tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
-    tp.dht = in.dht.present() ? in.dht.data : nullptr;
-    tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
-    tp.h = reinterpret_cast<float*>(base + pl.h);
-    tp.dv = out.dv.data;
-    tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
-    tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-    tp.pq = reinterpret_cast<float*>(base + pl.pq);
-    tp.pk = reinterpret_cast<float*>(base + pl.pk);
-    tp.pg = reinterpret_cast<float*>(base + pl.pg);
-    tp.pb = reinterpret_cast<float*>(base + pl.pb);
-    tp.tokens = tokens;
-    tp.N = static_cast<int>(p.N);
-    tp.H = static_cast<int>(p.H);
-    tp.HV = static_cast<int>(p.HV);
-    tp.G = static_cast<int>(p.G);
-    tp.K = static_cast<int>(p.K);
-    tp.V = static_cast<int>(p.V);
-    tp.KG = pl.KG;
-    tp.NS = pl.NS;
-    tp.tiles_per_split = pl.tps;
-    tp.v_first = p.opt.state_v_first ? 1 : 0;
-    tp.scale = static_cast<float>(p.scale);
-    if (p.N > 0) {
-      if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
-      if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
-    }
-    pq = tp.pq;
-    pk = tp.pk;
-    pg = tp.pg;
-    pb = tp.pb;
-    draw = reinterpret_cast<float*>(base + pl.draw);
-    da = reinterpret_cast<float*>(base + pl.da);
-  } else {
-    const Compute compute = compute_of(p, path);
-    const ChunkPlan pl(p, compute, from_saved);
-    KG = pl.KG;
-    if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
-      return cuda_error("chunk map launch", e);
-    const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
-    const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
-    // The front half's buffers: in the workspace, or the saved buffer's (read-only).
-    const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
-                                                 base, pl.seqs, pl.chunks)
-                                    : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
-    // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
-    // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
-    // the caller's dtype.
-    const void* q_in = f.q.data;
-    const void* k_in = f.k.data;
-    const void* v_in = f.v.data;
-    const void* do_in = in.d_o.data;
-    // LINATTN_BWD_PROFILE=1: per-stage times on stderr (synchronises; for benchmarks only)
-    const bool prof = std::getenv("LINATTN_BWD_PROFILE") != nullptr;
-    std::vector<cudaEvent_t> evs;
-    std::vector<const char*> stage;  // stage[i]: what ran between evs[i] and evs[i + 1]
-    auto mark = [&](const char* next) {
-      if (!prof) return;
-      cudaEvent_t ev;
-      cudaEventCreate(&ev);
-      cudaEventRecord(ev, st);
-      evs.push_back(ev);
-      stage.push_back(next);
-    };
-    struct ProfPrint {
-      std::vector<cudaEvent_t>* evs;
-      std::vector<const char*>* stage;
-      ~ProfPrint() {
-        if (evs->empty()) return;
-        cudaEventSynchronize(evs->back());
-        for (std::size_t i = 1; i < evs->size(); ++i) {
-          float ms = 0;
-          cudaEventElapsedTime(&ms, (*evs)[i - 1], (*evs)[i]);
-          std::fprintf(stderr, "[bwd profile] %s %.3f ms\n", (*stage)[i - 1], ms);
-        }
-        for (cudaEvent_t e : *evs) cudaEventDestroy(e);
-      }
-    } prof_print{&evs, &stage};
-    mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
-    if (pl.widen && tokens > 0) {
-      const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
-      float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
-                       reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
-      const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
-      if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
-      q_in = dst[0];
-      k_in = dst[1];
-      v_in = dst[2];
-      do_in = dst[3];
-      mark(from_saved ? "pass1" : "prep+state");
-    }
-    constexpr std::size_t kMaxSmem = 227 * 1024;
-    if (!from_saved) {
-      // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
-      if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
-      mark("pass1");
-    }
-    if (p.N > 0) {
-      // ---- pass 1: dh, dN (sequential over chunks), dh0
-      DhParams dp{};
-      dp.Aqk = fb.Aqk;
-      dp.KgT = fb.KgT;
-      dp.Qg = fb.Qg;
-      dp.W = fb.W;
-      dp.gexp = fb.gexp;
-      dp.d_o = do_in;
-      dp.seqs = reinterpret_cast<const SeqInfo*>(fb.seqs);
-      dp.dht = in.dht.present() ? in.dht.data : nullptr;
-      dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
-      dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
-      dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-      dp.dh = reinterpret_cast<float*>(base + pl.dh);
-      dp.dN = base + pl.dN;
-      dp.N = static_cast<int>(p.N);
-      dp.HV = static_cast<int>(p.HV);
-      dp.K = K;
-      dp.V = V;
-      dp.v_first = p.opt.state_v_first ? 1 : 0;
-      int stages = 2;
-      std::size_t smem = dh_smem_bytes(cdt, K, 2, pl.split);
-      if (smem > kMaxSmem) { stages = 1; smem = dh_smem_bytes(cdt, K, 1, pl.split); }
-      if (smem > kMaxSmem) { stages = 0; smem = dh_smem_bytes(cdt, K, 0, pl.split); }
-      if (stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
-      dp.stages = stages;
-      if (pl.split) {
-        dp.KgT_lo = fb.KgT_lo;
-        dp.dN_lo = base + pl.dN_lo;
-      }
-      if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
-      mark("pass2");
-    }
-    if (p.num_chunks > 0) {
-      // ---- pass 2: chunk-parallel gradients
-      WyParams wp{};
-      wp.chunks = fb.chunks;
-      wp.q = q_in;
-      wp.k = k_in;
-      wp.v = v_in;
-      wp.d_o = do_in;
-      wp.beta = f.beta.data;
-      wp.beta_dt = dtype_code(f.beta.dtype);
-      wp.beta_mode = beta_mode;
-      wp.gate.g = f.g.data;
-      wp.gate.g_dt = dtype_code(f.g.dtype);
-      wp.gate.kind = ga.kind;
-      wp.gate.lower_bound = ga.lower_bound;
-      wp.gate.has_alog = ga.has_alog;
-      wp.gate.has_dtb = ga.has_dtb;
-      wp.gate.A_log = ga.A_log;
-      wp.gate.alog_dt = ga.alog_dt;
-      wp.gate.dt_bias = ga.dt_bias;
-      wp.gate.dtb_dt = ga.dtb_dt;
-      wp.Ainv = fb.Ainv;
-      wp.vnew = fb.vnew;
-      wp.h = fb.h;
-      wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
-      wp.dh = reinterpret_cast<const float*>(base + pl.dh);
-      wp.dN = base + pl.dN;
-      wp.dY = base + pl.dY;
-      wp.dv = out.dv.data;
-      wp.dv_dt = dt;
-      wp.pq = reinterpret_cast<float*>(base + pl.pq);
-      wp.pk = reinterpret_cast<float*>(base + pl.pk);
-      wp.pg = reinterpret_cast<float*>(base + pl.pg);
-      wp.pb = reinterpret_cast<float*>(base + pl.pb);
-      wp.num_chunks = static_cast<int>(p.num_chunks);
-      wp.H = static_cast<int>(p.H);
-      wp.HV = static_cast<int>(p.HV);
-      wp.G = static_cast<int>(p.G);
-      wp.K = K;
-      wp.V = V;
-      wp.scale = static_cast<float>(p.scale);
-      wp.l2norm = l2;
-      if (pl.split) {
-        wp.dN_lo = base + pl.dN_lo;
-        wp.dY_lo = base + pl.dY_lo;
-        wp.vnew_lo = fb.vnew_lo;
-      }
-      if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
-      mark("end");
-    }
-    pq = reinterpret_cast<float*>(base + pl.pq);
-    pk = reinterpret_cast<float*>(base + pl.pk);
-    pg = reinterpret_cast<float*>(base + pl.pg);
-    pb = reinterpret_cast<float*>(base + pl.pb);
-    draw = reinterpret_cast<float*>(base + pl.draw);
-    da = reinterpret_cast<float*>(base + pl.da);
+  float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
+  int &NS = parts->NS, &KG = parts->KG;
+  const Plan pl(p);
+  NS = pl.NS;
+  KG = pl.KG;
+  if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
+  float* qn = reinterpret_cast<float*>(base + pl.qn);
+  float* kn = reinterpret_cast<float*>(base + pl.kn);
+  float* ev = reinterpret_cast<float*>(base + pl.e);
+  float* bt = reinterpret_cast<float*>(base + pl.bt);
+  if (tokens > 0) {
+    prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
+                                                              static_cast<int>(p.K), l2);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
+    prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
+        p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
+        dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
   }
+  TokenParams tp{};
+  tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+  tp.qn = qn;
+  tp.kn = kn;
+  tp.e = ev;
+  tp.bt = bt;
+  tp.v = f.v.data;
+  tp.d_o = in.d_o.data;
+  tp.v_dt = dt;
+  tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+  tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+  tp.dht = in.dht.present() ? in.dht.data : nullptr;
+  tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+  tp.h = reinterpret_cast<float*>(base + pl.h);
+  tp.dv = out.dv.data;
+  tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+  tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+  tp.pq = reinterpret_cast<float*>(base + pl.pq);
+  tp.pk = reinterpret_cast<float*>(base + pl.pk);
+  tp.pg = reinterpret_cast<float*>(base + pl.pg);
+  tp.pb = reinterpret_cast<float*>(base + pl.pb);
+  tp.tokens = tokens;
+  tp.N = static_cast<int>(p.N);
+  tp.H = static_cast<int>(p.H);
+  tp.HV = static_cast<int>(p.HV);
+  tp.G = static_cast<int>(p.G);
+  tp.K = static_cast<int>(p.K);
+  tp.V = static_cast<int>(p.V);
+  tp.KG = pl.KG;
+  tp.NS = pl.NS;
+  tp.tiles_per_split = pl.tps;
+  tp.v_first = p.opt.state_v_first ? 1 : 0;
+  tp.scale = static_cast<float>(p.scale);
+  if (p.N > 0) {
+    if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
+    if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
+  }
+  pq = tp.pq;
+  pk = tp.pk;
+  pg = tp.pg;
+  pb = tp.pb;
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
+  return Status::Ok();
+}
 
-  // ---- finish: sums over the GVA group (and V splits), transforms backwards, column sums
+// The chunked (WY) backward in `compute`'s form: [widen], the front half (or the saved buffer's),
+// pass 1 (dh), pass 2 (wy); the partials in *parts. timer: stage marks for benchmarks.
+Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                   unsigned char* base, Compute compute, bool from_saved, cudaStream_t st, StageTimer* timer,
+                   Partials* parts) {
+  const ForwardInputs& f = in.fwd;
+  cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = p.B * p.T;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_code(p);
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
+  int& KG = parts->KG;  // NS stays 1: no V splits
+  const ChunkPlan pl(p, compute, from_saved);
+  KG = pl.KG;
+  if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+    return cuda_error("chunk map launch", e);
+  const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
+  const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
+  // The front half's buffers: in the workspace, or the saved buffer's (read-only).
+  const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
+                                               base, pl.seqs, pl.chunks)
+                                  : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
+  // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
+  // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
+  // the caller's dtype.
+  const void* q_in = f.q.data;
+  const void* k_in = f.k.data;
+  const void* v_in = f.v.data;
+  const void* do_in = in.d_o.data;
+  // Benchmarks: stage boundaries on the caller's timer (none in the product).
+  auto mark = [&](const char* next) {
+    if (timer) timer->mark(next, st);
+  };
+  mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
+  if (pl.widen && tokens > 0) {
+    const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
+    float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
+                     reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
+    const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
+    if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
+    q_in = dst[0];
+    k_in = dst[1];
+    v_in = dst[2];
+    do_in = dst[3];
+    mark(from_saved ? "pass1" : "prep+state");
+  }
+  if (!from_saved) {
+    // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
+    if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
+    mark("pass1");
+  }
+  if (p.N > 0) {
+    // ---- pass 1: dh, dN (sequential over chunks), dh0
+    DhParams dp{};
+    dp.Aqk = fb.Aqk;
+    dp.KgT = fb.KgT;
+    dp.Qg = fb.Qg;
+    dp.W = fb.W;
+    dp.gexp = fb.gexp;
+    dp.d_o = do_in;
+    dp.seqs = fb.seqs;
+    dp.dht = in.dht.present() ? in.dht.data : nullptr;
+    dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+    dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+    dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+    dp.dh = reinterpret_cast<float*>(base + pl.dh);
+    dp.dN = base + pl.dN;
+    dp.N = static_cast<int>(p.N);
+    dp.HV = static_cast<int>(p.HV);
+    dp.K = K;
+    dp.V = V;
+    dp.v_first = p.opt.state_v_first ? 1 : 0;
+    const config::Staged sg = config::dh_stages(cdt, K, pl.split);
+    const std::size_t smem = sg.smem;
+    if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+    dp.stages = sg.stages;
+    if (pl.split) {
+      dp.KgT_lo = fb.KgT_lo;
+      dp.dN_lo = base + pl.dN_lo;
+    }
+    if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
+    mark("pass2");
+  }
+  if (p.num_chunks > 0) {
+    // ---- pass 2: chunk-parallel gradients
+    WyParams wp{};
+    wp.chunks = fb.chunks;
+    wp.q = q_in;
+    wp.k = k_in;
+    wp.v = v_in;
+    wp.d_o = do_in;
+    wp.beta = f.beta.data;
+    wp.beta_dt = dtype_code(f.beta.dtype);
+    wp.beta_mode = beta_mode;
+    wp.gate.g = f.g.data;
+    wp.gate.g_dt = dtype_code(f.g.dtype);
+    wp.gate.kind = ga.kind;
+    wp.gate.lower_bound = ga.lower_bound;
+    wp.gate.has_alog = ga.has_alog;
+    wp.gate.has_dtb = ga.has_dtb;
+    wp.gate.A_log = ga.A_log;
+    wp.gate.alog_dt = ga.alog_dt;
+    wp.gate.dt_bias = ga.dt_bias;
+    wp.gate.dtb_dt = ga.dtb_dt;
+    wp.Ainv = fb.Ainv;
+    wp.vnew = fb.vnew;
+    wp.h = fb.h;
+    wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
+    wp.dh = reinterpret_cast<const float*>(base + pl.dh);
+    wp.dN = base + pl.dN;
+    wp.dY = base + pl.dY;
+    wp.dv = out.dv.data;
+    wp.dv_dt = dt;
+    wp.pq = reinterpret_cast<float*>(base + pl.pq);
+    wp.pk = reinterpret_cast<float*>(base + pl.pk);
+    wp.pg = reinterpret_cast<float*>(base + pl.pg);
+    wp.pb = reinterpret_cast<float*>(base + pl.pb);
+    wp.num_chunks = static_cast<int>(p.num_chunks);
+    wp.H = static_cast<int>(p.H);
+    wp.HV = static_cast<int>(p.HV);
+    wp.G = static_cast<int>(p.G);
+    wp.K = K;
+    wp.V = V;
+    wp.scale = static_cast<float>(p.scale);
+    wp.l2norm = l2;
+    if (pl.split) {
+      wp.dN_lo = base + pl.dN_lo;
+      wp.dY_lo = base + pl.dY_lo;
+      wp.vnew_lo = fb.vnew_lo;
+    }
+    if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
+    mark("end");
+  }
+  pq = reinterpret_cast<float*>(base + pl.pq);
+  pk = reinterpret_cast<float*>(base + pl.pk);
+  pg = reinterpret_cast<float*>(base + pl.pg);
+  pb = reinterpret_cast<float*>(base + pl.pb);
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
+  return Status::Ok();
+}
+
+// Finish: sums over the GVA group (and V splits), the transforms backwards, the column sums.
+Status run_finish(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                  const Partials& parts, cudaStream_t st) {
+  const ForwardInputs& f = in.fwd;
+  cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = p.B * p.T;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_code(p);
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  float *pq = parts.pq, *pk = parts.pk, *pg = parts.pg, *pb = parts.pb, *draw = parts.draw, *da = parts.da;
+  const int NS = parts.NS, KG = parts.KG;
   if (tokens > 0) {
     const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
     const int K = static_cast<int>(p.K);
@@ -1214,26 +961,78 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   return Status::Ok();
 }
 
+}  // namespace
+}  // namespace bwd
+
+std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p) {
+  if (!config::can_implement(p, "backward").ok()) return 0;
+  return bwd::workspace_of(p);
+}
+
+Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        Workspace ws, cudaStream_t st, StageTimer* timer) {
+  using namespace bwd;
+  Status s = config::can_implement(p, "backward");
+  if (!s.ok()) return s;
+  const ForwardInputs& f = in.fwd;
+  s = check_aligned({{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"beta", &f.beta},
+                     {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias}, {"initial_state", &f.initial_state},
+                     {"d_o", &in.d_o}, {"dht", &in.dht}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv},
+                     {"dg", &out.dg}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
+                     {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
+  if (!s.ok()) return s;
+  const bool token = p.token_replay;
+  const bool from_saved = !token && in.saved.present();
+  const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;
+  if (ws.bytes < need || (need > 0 && ws.data == nullptr))
+    return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
+  // The saved buffer's shape checks need no device; its header is read after the switch to it.
+  const Compute saved_form = compute;
+  const std::size_t saved_have = from_saved ? static_cast<std::size_t>(in.saved.numel()) : 0;
+  const std::size_t saved_want = from_saved ? SavedLayout(p, saved_form).total : 0;
+  auto saved_size_error = [&] {
+    return Status::Invalid("saved has " + std::to_string(saved_have) + " bytes, needs " +
+                           std::to_string(saved_want) + " (see saved_bytes)");
+  };
+  if (from_saved) {
+    if (reinterpret_cast<std::uintptr_t>(in.saved.data) % kAlign != 0)
+      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+    if (saved_have < kSavedHeaderBytes) return saved_size_error();
+  }
+  DeviceGuard device;
+  if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
+  if (from_saved) {
+    // header first: a buffer written under another backward form has another size, the header says which
+    if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
+    if (saved_have < saved_want) return saved_size_error();
+  }
+  // the token replay or the chunked form, then the shared finish
+  unsigned char* base = static_cast<unsigned char*>(ws.data);
+  Partials parts;
+  s = token ? run_token_replay(p, in, out, base, st, &parts)
+            : run_chunked(p, in, out, base, compute, from_saved, st, timer, &parts);
+  if (!s.ok()) return s;
+  return run_finish(p, in, out, parts, st);
+}
+
 
 std::size_t saved_kda_gdn_bytes(const detail::Problem& p) {
-  bwd::Compute c{};
-  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
-  return bwd::SavedLayout(p, c).total;
+  if (!config::can_implement(p, "backward").ok()) return 0;
+  return bwd::SavedLayout(p, bwd::compute_of(p)).total;
 }
 
 std::size_t forward_saved_workspace_bytes(const detail::Problem& p) {
-  bwd::Compute c{};
-  if (!bwd::supported(p).ok() || !bwd::saved_compute(p, &c).ok()) return 0;
-  return bwd::SavedForwardPlan(p, c).total;
+  if (!config::can_implement(p, "backward").ok()) return 0;
+  return bwd::SavedForwardPlan(p, bwd::compute_of(p)).total;
 }
 
 Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
                              Workspace ws, cudaStream_t st) {
   using namespace bwd;
-  Status s = supported(p);
+  Status s = config::can_implement(p, "backward");
   if (!s.ok()) return s;
-  Compute compute{};
-  if (!(s = saved_compute(p, &compute)).ok()) return s;
+  const Compute compute = compute_of(p);
   const SavedLayout sl(p, compute);
   const SavedForwardPlan pl(p, compute);
   if (static_cast<std::size_t>(out.saved.numel()) < sl.total)
@@ -1289,9 +1088,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
     }
     if (e != cudaSuccess) return cuda_error("copying h", e);
   }
-  write_saved_header_kernel<<<1, 128, 0, st>>>(saved_header(p, compute), sv);
-  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("saved header launch", e);
-  return Status::Ok();
+  return host::write_saved_header(p, compute, sv, st);
 }
 
 }  // namespace linattn::cuda

@@ -1,10 +1,10 @@
 // Kernels of the CUDA delta-rule backward (KDA, GDN): parameters, dtype helpers, launchers.
 //
-// Two paths (chunk_bwd.hpp, BackwardMode). The chunked WY backward on tensor cores
-// (chunk_bwd_wy.cu; docs/chunked_backward.md), for 16-bit inputs computed in the input type with
-// hi + lo halves where accuracy needs them (split, the default), in float32 when the gate's A_log
-// / dt_bias gradients are asked for or at K = 256 (16-bit q, k, v, dO widened in the workspace
-// first), or in the 16-bit type alone (chunked16, opt-in):
+// Two paths (chunk_bwd.hpp). The chunked WY backward on tensor cores (chunk_bwd_wy.cu;
+// docs/chunked_backward.md), in the form Options::backward_precision selects: for 16-bit inputs
+// in the input type with hi + lo halves where accuracy needs them (split, kAuto's usual choice),
+// in float32 when the gate's A_log / dt_bias gradients are asked for or at K = 256 (16-bit q, k,
+// v, dO widened in the workspace first), or in the 16-bit type alone (kFast16, opt-in):
 //   0. the forward's chunk_prep (W, U, Qg, KgT, Aqk, gexp and M⁻¹) and chunk_state (h: the
 //      float32 state before each chunk, V_new; no output) recompute the chunk intermediates, or
 //      the backward reads them from the saved buffer a forward filled (disable_recompute);
@@ -12,8 +12,8 @@
 //   2. wy_kernel (one CTA per chunk and value head): dv and per-value-head float32 partials
 //      dq, dk (w.r.t. the normalised q, k), dg (seed 001 + reverse cumsum), dβ;
 //   3. bwd_finish_* / bwd_colsum below (NS = 1).
-// Token replay (set_backward_mode(kBackwardToken) or LINATTN_CUDA_BWD=token), slower, float32
-// throughout, an independent check of the chunked form:
+// Token replay (Problem::token_replay: a test hook, linattn::testing::token_replay_backward),
+// slower, float32 throughout, the tests' independent check of the chunked form:
 //   1. bwd_prep_*     token-parallel: q̂, k̂ (in-kernel l2norm applied), e = exp(g̃) (the gate
 //                     after the in-kernel transform) and β̃ (after the sigmoid), as float32.
 //   2. bwd_state_fwd  one CTA per (V tile of 16 columns, value head, sequence), one thread per
@@ -44,27 +44,19 @@
 #include <cstdint>
 
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/mma.cuh"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::bwd {
 
-constexpr int kC = 64;   // chunk of the h layout
+constexpr int kC = config::kChunk;   // chunk of the h layout
 constexpr int kVT = 16;  // V columns per tile in the token kernels
 constexpr int kSub = 4;  // tokens per reverse sub-chunk
 constexpr int kCk = 16;  // tokens between checkpoints
 
-struct SeqInfo {
-  int32_t t0, len, chunk0, pad;
-};
+using kern::SeqInfo;  // one sequence map (chunk_fwd.hpp), built by chunk_map.cu for both directions
 
-// dtype codes: 0 fp16, 1 bf16, 2 fp32, 3 fp64
-__device__ __forceinline__ float ldf(const void* p, int dt, int64_t i) {
-  switch (dt) {
-    case 0: return __half2float(static_cast<const __half*>(p)[i]);
-    case 1: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case 2: return static_cast<const float*>(p)[i];
-    default: return static_cast<float>(static_cast<const double*>(p)[i]);
-  }
-}
+// dtype codes (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32, 3 fp64. Loads: kern::load_any (mma.cuh).
 __device__ __forceinline__ void stf(void* p, int dt, int64_t i, float x) {
   switch (dt) {
     case 0: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
@@ -169,7 +161,7 @@ struct WyParams {
   const void* vnew_lo = nullptr;
 };
 
-int dh_v_tile(int dtype);
+// dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).
 std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);

@@ -121,8 +121,8 @@ __device__ __forceinline__ void load_chunk(const TokenParams& p, int t0, int Lc,
   for (int e = c; e < kC * kVT; e += K) {
     const int i = e >> 4, j = e & 15;
     const int64_t gi = (static_cast<int64_t>(t0 + i) * p.HV + hv) * p.V + v0 + j;
-    vs[e] = i < Lc ? ldf(p.v, p.v_dt, gi) : 0.f;
-    if (dos) dos[e] = i < Lc ? ldf(p.d_o, p.v_dt, gi) : 0.f;
+    vs[e] = i < Lc ? kern::load_any(p.v, p.v_dt, gi) : 0.f;
+    if (dos) dos[e] = i < Lc ? kern::load_any(p.d_o, p.v_dt, gi) : 0.f;
   }
   for (int i = c; i < kC; i += K) bs[i] = i < Lc ? p.bt[static_cast<int64_t>(t0 + i) * p.HV + hv] : 0.f;
 }
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(K) state_fwd_kernel(const TokenParams p) {
   const SeqInfo si = p.seqs[n];
   float S[16];
 #pragma unroll
-  for (int j = 0; j < 16; ++j) S[j] = p.h0 ? ldf(p.h0, p.h0_dt, state_idx(p, n, hv, c, v0 + j)) : 0.f;
+  for (int j = 0; j < 16; ++j) S[j] = p.h0 ? kern::load_any(p.h0, p.h0_dt, state_idx(p, n, hv, c, v0 + j)) : 0.f;
   int rb = 0;
   const int nch = (si.len + kC - 1) / kC;
   for (int ci = 0; ci < nch; ++ci) {
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(K) token_bwd_kernel(const TokenParams p) {
     const int v0 = vt * kVT;
     float D[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) D[j] = p.dht ? ldf(p.dht, p.dht_dt, state_idx(p, n, hv, c, v0 + j)) : 0.f;
+    for (int j = 0; j < 16; ++j) D[j] = p.dht ? kern::load_any(p.dht, p.dht_dt, state_idx(p, n, hv, c, v0 + j)) : 0.f;
 
     for (int ci = nch - 1; ci >= 0; --ci) {
       const int chunk = si.chunk0 + ci, t0 = si.t0 + ci * kC, Lc = min(kC, si.len - ci * kC);

@@ -6,6 +6,7 @@
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/heuristics.hpp"
 
 namespace linattn::cuda::bwd {
 namespace {
@@ -1108,21 +1109,19 @@ cudaError_t launch_wy_v(int dtype, const WyParams& p, cudaStream_t s) {
 
 }  // namespace
 
-int dh_v_tile(int dtype) { return dtype == 2 ? 32 : 64; }
-
 std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split) {
   switch (dtype) {
-    case 0: return dh_smem_k<__half, 64>(K, stages, split);
-    case 1: return dh_smem_k<__nv_bfloat16, 64>(K, stages, split);
-    default: return dh_smem_k<float, 32>(K, stages, split);
+    case 0: return dh_smem_k<__half, config::dh_v_tile(0)>(K, stages, split);
+    case 1: return dh_smem_k<__nv_bfloat16, config::dh_v_tile(1)>(K, stages, split);
+    default: return dh_smem_k<float, config::dh_v_tile(2)>(K, stages, split);
   }
 }
 
 cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s) {
   switch (dtype) {
-    case 0: return launch_dh_k<__half, 64>(p, smem, s);
-    case 1: return launch_dh_k<__nv_bfloat16, 64>(p, smem, s);
-    default: return launch_dh_k<float, 32>(p, smem, s);
+    case 0: return launch_dh_k<__half, config::dh_v_tile(0)>(p, smem, s);
+    case 1: return launch_dh_k<__nv_bfloat16, config::dh_v_tile(1)>(p, smem, s);
+    default: return launch_dh_k<float, config::dh_v_tile(2)>(p, smem, s);
   }
 }
 

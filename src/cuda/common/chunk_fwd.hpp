@@ -119,7 +119,7 @@ struct StateParams {
   int H = 0, G = 1;
 };
 
-// dtype codes: 0 fp16, 1 bf16, 2 fp32.
+// dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.
 // vec_gate = false: the scalar-gate (GDN) layout, smaller; the vector-gate size also fits GDN.
 std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate = true);
 cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream_t s);

@@ -1,10 +1,11 @@
 // Device-built chunk and sequence maps (see chunk_map.hpp).
 #include "cuda/common/chunk_map.hpp"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
 namespace {
 
-constexpr int kC = 64;
+constexpr int kC = config::kChunk;
 constexpr int kScanThreads = 1024;
 
 __device__ __forceinline__ int64_t cu_at(const MapParams& p, int i) {

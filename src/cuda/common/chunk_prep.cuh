@@ -4,10 +4,11 @@
 
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
 
-constexpr int kC = 64;          // chunk size
+constexpr int kC = config::kChunk;          // chunk size
 constexpr int kPrepThreads = 256;
 constexpr int kLdA = 68;        // row stride (floats) of the 64x64 float scratch matrices
 

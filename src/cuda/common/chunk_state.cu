@@ -6,11 +6,12 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
 namespace {
 
-constexpr int kC = 64;
+constexpr int kC = config::kChunk;
 constexpr int kThreads = 256;
 constexpr int kVT = 32;           // V tile of the recurrence
 constexpr int kOutThreads = 128;  // output kernel: 4 warps, 16 rows each

@@ -1,5 +1,6 @@
 // Host-side helpers shared by the CUDA backend's entry points (cuda_backend.cu, chunk_bwd.cu):
-// the kernels' dtype codes, CUDA errors as Status, and switching to the tensors' device for a call.
+// CUDA errors as Status, the transforms' kernel codes, chunk_prep's parameters, the alignment
+// check, and switching to the tensors' device for a call.
 #pragma once
 
 #include <cstdint>
@@ -11,19 +12,14 @@
 
 #include "common/problem.hpp"
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/config/limits.hpp"
 #include "linattn/linattn.hpp"
 
 namespace linattn::cuda {
 
-// dtype codes of the kernels' runtime switches: 0 fp16, 1 bf16, 2 fp32, 3 anything else.
-inline int dtype_code(DType d) {
-  switch (d) {
-    case DType::kFloat16: return 0;
-    case DType::kBFloat16: return 1;
-    case DType::kFloat32: return 2;
-    default: return 3;
-  }
-}
+// dtype codes of the kernels' runtime switches (0 fp16, 1 bf16, 2 fp32, 3 anything else):
+// config/limits.hpp.
+using config::dtype_code;
 
 inline Status cuda_error(const char* what, cudaError_t e) {
   return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};

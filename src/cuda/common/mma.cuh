@@ -298,7 +298,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[MI][NI][4]) {
 }
 
 // ---- scalar loads/stores of runtime dtype (small per-token tensors, states)
-// dtype codes follow linattn::DType: 0 fp16, 1 bf16, 2 fp32, 3 fp64.
+// dtype codes: config::DtypeCode (config/limits.hpp), equal to linattn::DType: 0 fp16, 1 bf16, 2 fp32, 3 fp64.
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
     case 0: return __half2float(static_cast<const __half*>(p)[i]);

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# ncu profile of the CUDA forward kernels at the bench shape (one forward after two warm-ups).
-# On the GPU machine, after scripts/gpu_setup.sh:
-#   bash bench/cuda_fwd_profile.sh OUTDIR [configs, default gdn,kda_safe_gate] [ncu --set, default full]
+# ncu profile of the CUDA forward kernels at the bench shape (linattn_cuda_stage_bench forward: two
+# forwards after the warm-ups). On the GPU machine, after scripts/gpu_setup.sh:
+#   bash scripts/cuda_fwd_profile.sh OUTDIR [configs, default gdn,kda_safe_gate] [ncu --set, default full]
+# configs: kda, kda_steep, kda_safe_gate, gdn (the bench's --only names).
 # Writes OUTDIR/<config>.details.txt (all sections), <config>.source.csv (per CUDA line) and
 # <config>.sass.csv (per SASS instruction, with source counters).
 set -u
 out=${1:-/tmp/prof}
 cfgs=${2:-gdn,kda_safe_gate}
 set_name=${3:-full}
-bin=./build-gpu/linattn_cuda_tests
+bin=./build-gpu/linattn_cuda_stage_bench
 mkdir -p "$out"
 for c in ${cfgs//,/ }; do
-  LINATTN_BENCH_ONLY=$c timeout 300 ncu --clock-control none --kernel-name regex:chunk_ --launch-skip 4 \
+  timeout 300 ncu --clock-control none --kernel-name regex:chunk_ --launch-skip 4 \
     --launch-count 2 --set "$set_name" --import-source yes -f -o "$out/$c" "$bin" \
-    --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Forward*' > "$out/$c.ncu.log" 2>&1
+    forward --only "$c" > "$out/$c.ncu.log" 2>&1
   ncu -i "$out/$c.ncu-rep" --page details > "$out/$c.details.txt" 2>&1 || true
   ncu -i "$out/$c.ncu-rep" --page source --csv --print-source cuda > "$out/$c.source.csv" 2>&1 || true
   ncu -i "$out/$c.ncu-rep" --page source --csv --print-source sass > "$out/$c.sass.csv" 2>&1 || true

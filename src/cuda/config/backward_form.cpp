@@ -1,0 +1,27 @@
+#include "cuda/config/backward_form.hpp"
+
+#include "common/problem.hpp"
+#include "cuda/config/heuristics.hpp"
+
+namespace linattn::cuda::config {
+
+bool needs_float32(const detail::Problem& p) { return p.has_g && (p.has_A_log || p.has_dt_bias); }
+
+Compute compute_of(const detail::Problem& p) {
+  const BackwardPrecision bp = p.opt.backward_precision;
+  if (p.dtype == DType::kFloat32 || bp == BackwardPrecision::kFloat32) return Compute::kFloat32;
+  if (bp == BackwardPrecision::kFast16) return Compute::kSixteen;
+  if (bp == BackwardPrecision::kAuto && needs_float32(p)) return Compute::kFloat32;
+  return split_fits(p) ? Compute::kSplit : Compute::kFloat32;
+}
+
+const char* compute_name(int32_t c) {
+  switch (static_cast<Compute>(c)) {
+    case Compute::kSixteen: return "fast16";
+    case Compute::kSplit: return "split";
+    case Compute::kFloat32: return "float32";
+  }
+  return "unknown";
+}
+
+}  // namespace linattn::cuda::config

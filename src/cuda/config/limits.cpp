@@ -1,0 +1,47 @@
+#include "cuda/config/limits.hpp"
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "common/problem.hpp"
+
+namespace linattn::cuda::config {
+
+int sm_count(int device) {
+  static int cached[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (cached[device] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
+    cached[device] = n;
+  }
+  return cached[device];
+}
+
+Status can_implement(const detail::Problem& p, const char* direction) {
+  const std::string what = std::string("CUDA ") + direction;
+  if (p.family != Family::kKDA && p.family != Family::kGDN) {
+    return Status::Unsupported(what + " for " + family_name(p.family) +
+                               " is not implemented yet (KDA and GDN only)");
+  }
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32) {
+    return Status::Unsupported(what + " takes bfloat16, float16 or float32 q/k/v, got " + dtype_name(p.dtype));
+  }
+  auto ok_size = [](int64_t x) { return x == 64 || x == 128 || x == 256; };
+  if (!ok_size(p.K)) {
+    return Status::Unsupported(what + " supports head size K in {64, 128, 256}, got K = " + std::to_string(p.K));
+  }
+  if (!ok_size(p.V)) {
+    return Status::Unsupported(what + " supports head size V in {64, 128, 256}, got V = " + std::to_string(p.V));
+  }
+  if (p.B * p.T >= (int64_t{1} << 31) || p.num_chunks * p.HV >= (int64_t{1} << 31)) {
+    return Status::Unsupported(what + ": too many tokens for 32-bit token indices");
+  }
+  if (p.num_chunks > 0x7fffffff || p.HV > 65535 || p.N > 65535) {
+    return Status::Unsupported(what + ": grid too large (HV and the sequence count must be <= 65535)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace linattn::cuda::config

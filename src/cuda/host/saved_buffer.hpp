@@ -1,0 +1,46 @@
+// The saved buffer of disable_recompute on CUDA: its layout, its header, and the check that a
+// backward reads a buffer written for its own problem and compute form.
+//
+// A forward given `saved` runs the backward's front half (chunk_prep in its backward form, then
+// the state pass, then O from the chunk-start states) and keeps in `saved` everything the backward
+// reads after that half; a backward given `saved` skips it. Layout: a header (what the buffer was
+// written for) in the first kSavedHeaderBytes, then per (chunk, value head) blocks of W, Qg, KgT
+// [64][K], Aqk and M⁻¹ [64][64], V_new [64][V] in the compute type (with the split form's KgT and
+// V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "common/problem.hpp"
+#include "cuda/config/backward_form.hpp"
+
+namespace linattn::cuda::host {
+
+constexpr std::size_t kSavedHeaderBytes = 256;
+
+// Byte offsets of the front half's buffers (chunk_prep's and the state pass's outputs) inside one
+// region: the backward's workspace, or a saved buffer. kNone: absent.
+struct FrontOffsets {
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  std::size_t W = kNone, U = kNone, Qg = kNone, KgT = kNone, Aqk = kNone, Ainv = kNone, gexp = kNone, h = kNone,
+              vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
+};
+
+// The saved buffer's layout for problem p in compute form `compute` (total: saved_bytes()).
+struct SavedLayout {
+  FrontOffsets front;  // U and its low half where V_new and its low half go
+  std::size_t total = 0;
+  SavedLayout(const detail::Problem& p, config::Compute compute);
+};
+
+// Enqueues the header's write into saved (the forward's last step).
+Status write_saved_header(const detail::Problem& p, config::Compute compute, void* saved, cudaStream_t st);
+
+// The backward refuses a saved buffer another problem (or another compute form) wrote. That needs
+// its header on the host: one 128-byte read, which waits for the stream. A stream that is capturing
+// a graph cannot wait: there the header is not checked (the graph's shapes are fixed).
+Status check_saved_header(const detail::Problem& p, config::Compute compute, const void* saved, cudaStream_t st);
+
+}  // namespace linattn::cuda::host

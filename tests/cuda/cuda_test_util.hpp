@@ -1,0 +1,357 @@
+// The shared harness of the CUDA suites (test_cuda_forward.cpp, test_cuda_backward.cpp) and of
+// the stage benchmark (bench/cuda_stage_bench.cpp): device buffers, upload / download, gate modes,
+// cases and their random inputs, options, tensor views, the float64 reference runs, the backward
+// paths a test can pick. Free of GoogleTest (the benchmark does not link it) except for the
+// SKIP_WITHOUT_GPU macro, which only tests expand. Error metrics and tolerances: test_util.hpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "linattn/linattn.hpp"
+#include "test_util.hpp"
+
+#define SKIP_WITHOUT_GPU()                                    \
+  do {                                                        \
+    if (!linattn::cuda_available()) GTEST_SKIP() << "no GPU"; \
+  } while (0)
+
+namespace linattn::test {
+
+// ------------------------------------------------------------------ device memory
+
+// An owning device allocation (p is null when the allocation failed or bytes is 0).
+struct DevBuf {
+  void* p = nullptr;
+  std::size_t n = 0;
+  DevBuf() = default;
+  explicit DevBuf(std::size_t bytes) : n(bytes) {
+    if (bytes && cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+};
+
+// Device copy of a host tensor, owned by `keep`; an absent tensor stays absent.
+inline TensorView upload(const HostTensor& h, std::vector<DevBuf>& keep) {
+  if (!h.present()) return TensorView{};
+  keep.emplace_back(h.bytes.size());
+  cudaMemcpy(keep.back().p, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice);
+  TensorView v = h.view;
+  v.data = keep.back().p;
+  v.device = Device{DeviceType::kCUDA, 0};
+  return v;
+}
+
+// Copies a device tensor back into h (nothing when h is absent).
+inline void download(const TensorView& d, HostTensor& h) {
+  if (h.present()) cudaMemcpy(h.bytes.data(), d.data, h.bytes.size(), cudaMemcpyDeviceToHost);
+}
+
+// ------------------------------------------------------------------ cases and inputs
+
+enum class Gate {
+  kLogsigmoid,    // g = logsigmoid(randn) / 16 passed directly
+  kClamped,       // g in [L, 0) passed directly (safe_gate promise)
+  kVeryNegative,  // g = logsigmoid(randn) * 8 (down to ~ -40 per token)
+  kSoftplus,      // in-kernel: -exp(A_log) softplus(g + dt_bias)
+  kLowerBound,    // in-kernel: L sigmoid(exp(A_log) (g + dt_bias))
+  kLowerBoundNoAlog,
+};
+
+struct Case {
+  Family fam = Family::kKDA;
+  DType dt = DType::kBFloat16;
+  int64_t B = 1, T = 64, H = 2, HV = 2, K = 64, V = 64;
+  std::vector<int64_t> cu;  // varlen when non-empty (B must be 1)
+  bool cu64 = false;        // cu_seqlens as int64 (torch's default) instead of int32
+  Gate gate = Gate::kLogsigmoid;
+  bool dt_bias = true, l2norm = true, beta_sigmoid = false, neg_eigval = false;
+  bool h0 = false;
+  bool final_state = false, inter = false;  // forward outputs: final state, chunk states h
+  bool dht = false;                         // backward: a final-state gradient
+  bool all_outputs = true;                  // backward: false = dq, dk, dv only
+  bool v_first = false, safe_gate = false;
+  float lower_bound = -5.f;
+
+  std::string name() const {
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "%s %s B%lld T%lld H%lld HV%lld K%lld V%lld N%zu gate%d l2%d bsig%d neg%d h0%d ht%d h%d dht%d "
+                  "vf%d safe%d",
+                  family_name(fam), dtype_name(dt), (long long)B, (long long)T, (long long)H, (long long)HV,
+                  (long long)K, (long long)V, cu.empty() ? size_t(0) : cu.size() - 1, int(gate), l2norm,
+                  beta_sigmoid, neg_eigval, h0, final_state, inter, dht, v_first, safe_gate);
+    return b;
+  }
+  bool in_kernel_gate() const {
+    return gate == Gate::kSoftplus || gate == Gate::kLowerBound || gate == Gate::kLowerBoundNoAlog;
+  }
+  bool varlen() const { return !cu.empty(); }
+};
+
+struct Inputs {
+  HostTensor q, k, v, g, beta, A_log, dt_bias, h0, cu, d_o, dht;
+  int64_t N = 0, NT = 0;  // sequences, chunks (NT_total)
+};
+
+// A state-shaped host tensor: [N, HV, K, V] ([N, HV, V, K] with v_first).
+inline HostTensor state_tensor(const Case& c, int64_t N, DType dt = DType::kFloat32) {
+  return c.v_first ? HostTensor(dt, {N, c.HV, c.V, c.K}) : HostTensor(dt, {N, c.HV, c.K, c.V});
+}
+
+// Random inputs of case c (the shared generator, test_util.hpp's rng()). backward: also d_o and,
+// with c.dht, the final-state gradient. The draw order is fixed (q, k, v, [d_o], g, [A_log],
+// [dt_bias], beta, [h0], [dht]): a case always gets the same values.
+inline Inputs make_inputs(const Case& c, bool backward) {
+  Inputs x;
+  const int64_t B = c.B, T = c.T, H = c.H, HV = c.HV, K = c.K, V = c.V;
+  const bool vec = c.fam == Family::kKDA || c.fam == Family::kGLA;
+  x.q = HostTensor(c.dt, {B, T, H, K});
+  x.k = HostTensor(c.dt, {B, T, H, K});
+  x.v = HostTensor(c.dt, {B, T, HV, V});
+  fill_normal(x.q);
+  // without the in-kernel l2norm keep ||k|| ~ 1 so the delta rule stays contractive
+  fill_normal(x.k, 0.0, c.l2norm ? 1.0 : 1.0 / std::sqrt(double(K)));
+  fill_normal(x.v);
+  if (backward) {
+    x.d_o = HostTensor(c.dt, {B, T, HV, V});
+    fill_normal(x.d_o);
+  }
+  x.g = vec ? HostTensor(DType::kFloat32, {B, T, HV, K}) : HostTensor(DType::kFloat32, {B, T, HV});
+  switch (c.gate) {
+    case Gate::kLogsigmoid: fill_logsigmoid_gate(x.g, 16.0); break;
+    case Gate::kClamped: fill_uniform(x.g, c.lower_bound, -1e-4); break;
+    case Gate::kVeryNegative: fill_logsigmoid_gate(x.g, 1.0 / 8.0); break;
+    default: fill_normal(x.g); break;
+  }
+  if (c.gate == Gate::kSoftplus || c.gate == Gate::kLowerBound) {
+    x.A_log = HostTensor(DType::kFloat32, {HV});
+    fill_uniform(x.A_log, 0.0, 2.7);
+  }
+  if (c.in_kernel_gate() && c.dt_bias) {
+    x.dt_bias = vec ? HostTensor(DType::kFloat32, {HV * K}) : HostTensor(DType::kFloat32, {HV});
+    fill_normal(x.dt_bias);
+  }
+  x.beta = HostTensor(c.dt, {B, T, HV});
+  if (c.beta_sigmoid) fill_normal(x.beta);
+  else fill_uniform(x.beta, 0.05, 1.0);
+  x.N = c.varlen() ? int64_t(c.cu.size()) - 1 : B;
+  if (c.varlen()) {
+    x.cu = HostTensor(c.cu64 ? DType::kInt64 : DType::kInt32, {x.N + 1});
+    for (int64_t i = 0; i <= x.N; ++i) {
+      if (c.cu64) static_cast<int64_t*>(x.cu.view.data)[i] = c.cu[i];
+      else static_cast<int32_t*>(x.cu.view.data)[i] = int32_t(c.cu[i]);
+    }
+    x.NT = 0;
+    for (int64_t i = 0; i < x.N; ++i) x.NT += (c.cu[i + 1] - c.cu[i] + 63) / 64;
+  } else {
+    x.NT = (T + 63) / 64;
+  }
+  if (c.h0) {
+    x.h0 = state_tensor(c, x.N);
+    fill_normal(x.h0, 0.0, 0.5);
+  }
+  if (backward && c.dht) {
+    x.dht = state_tensor(c, x.N);
+    fill_normal(x.dht, 0.0, 0.5);
+  }
+  return x;
+}
+
+// The same values with q, k, v, beta and d_o in float64: the reference's float64 path.
+inline Inputs as_f64(const Inputs& x) {
+  Inputs w = x;
+  w.q = x.q.as(DType::kFloat64);
+  w.k = x.k.as(DType::kFloat64);
+  w.v = x.v.as(DType::kFloat64);
+  w.beta = x.beta.as(DType::kFloat64);
+  if (x.d_o.present()) w.d_o = x.d_o.as(DType::kFloat64);
+  return w;
+}
+
+inline Options make_options(const Case& c) {
+  Options o;
+  o.use_qk_l2norm_in_kernel = c.l2norm;
+  o.use_beta_sigmoid_in_kernel = c.beta_sigmoid;
+  o.allow_neg_eigval = c.neg_eigval;
+  o.state_v_first = c.v_first;
+  o.use_gate_in_kernel = c.in_kernel_gate();
+  if (c.gate == Gate::kLowerBound || c.gate == Gate::kLowerBoundNoAlog) o.lower_bound = c.lower_bound;
+  if (c.safe_gate) {
+    o.safe_gate = true;
+    o.lower_bound = c.lower_bound;
+  }
+  return o;
+}
+
+// Views of the inputs: on the device (copies owned by `keep`; cu_seqlens_host then points at the
+// host copy) or the host tensors themselves.
+inline ForwardInputs forward_views(const Inputs& x, bool dev, std::vector<DevBuf>& keep) {
+  auto put = [&](const HostTensor& h) { return dev ? upload(h, keep) : (h.present() ? h.view : TensorView{}); };
+  ForwardInputs in;
+  in.q = put(x.q);
+  in.k = put(x.k);
+  in.v = put(x.v);
+  in.g = put(x.g);
+  in.beta = put(x.beta);
+  in.A_log = put(x.A_log);
+  in.dt_bias = put(x.dt_bias);
+  in.initial_state = put(x.h0);
+  if (x.cu.present()) {
+    in.cu_seqlens = put(x.cu);
+    if (dev) in.cu_seqlens_host = x.cu.view;
+  }
+  return in;
+}
+
+inline BackwardInputs backward_views(const Inputs& x, bool dev, std::vector<DevBuf>& keep) {
+  BackwardInputs in;
+  in.fwd = forward_views(x, dev, keep);
+  in.d_o = dev ? upload(x.d_o, keep) : x.d_o.view;
+  in.dht = dev ? upload(x.dht, keep) : (x.dht.present() ? x.dht.view : TensorView{});
+  return in;
+}
+
+// ------------------------------------------------------------------ forward outputs, reference
+
+struct FwdResult {
+  HostTensor o, ht, h;  // h and ht absent unless the case asks for them
+};
+
+// Poisoned host outputs of case c: o in `o_dt`, the states in `state_dt`.
+inline FwdResult forward_outputs(const Case& c, const Inputs& x, DType o_dt, DType state_dt) {
+  FwdResult r;
+  r.o = HostTensor(o_dt, {c.B, c.T, c.HV, c.V});
+  r.o.poison();
+  if (c.final_state) {
+    r.ht = state_tensor(c, x.N, state_dt);
+    r.ht.poison();
+  }
+  if (c.inter) {
+    const int64_t b_h = c.varlen() ? 1 : c.B;
+    const int64_t nt_h = c.varlen() ? x.NT : x.NT;  // fixed length: per batch entry
+    r.h = c.v_first ? HostTensor(state_dt, {b_h, nt_h, c.HV, c.V, c.K}) : HostTensor(state_dt, {b_h, nt_h, c.HV, c.K, c.V});
+    r.h.poison();
+  }
+  return r;
+}
+
+// The float64 reference forward on the same (already rounded) input values.
+inline Status run_reference_forward(const Case& c, const Inputs& x, FwdResult* r) {
+  std::vector<DevBuf> keep;
+  const Inputs w = as_f64(x);
+  const ForwardInputs in = forward_views(w, false, keep);
+  *r = forward_outputs(c, x, DType::kFloat64, DType::kFloat64);
+  ForwardOutputs out;
+  out.o = r->o.view;
+  if (c.final_state) out.final_state = r->ht.view;
+  if (c.inter) out.h = r->h.view;
+  return reference_forward(c.fam, in, out, make_options(c));
+}
+
+// ------------------------------------------------------------------ backward paths, gradients
+
+// The backward a test or benchmark runs: one of the product's forms (Options::backward_precision)
+// or the token replay (a test hook, common/testing.hpp).
+enum class BwdPath { kAuto, kSplit, kFast16, kFloat32, kTokenReplay };
+
+inline const char* path_name(BwdPath m) {
+  switch (m) {
+    case BwdPath::kAuto: return "auto";
+    case BwdPath::kSplit: return "split";
+    case BwdPath::kFast16: return "fast16";
+    case BwdPath::kFloat32: return "float32";
+    case BwdPath::kTokenReplay: return "token replay";
+  }
+  return "?";
+}
+
+// Options with the path's backward_precision (the token replay keeps the default's).
+inline Options with_path(Options o, BwdPath m) {
+  switch (m) {
+    case BwdPath::kSplit: o.backward_precision = BackwardPrecision::kSplit; break;
+    case BwdPath::kFast16: o.backward_precision = BackwardPrecision::kFast16; break;
+    case BwdPath::kFloat32: o.backward_precision = BackwardPrecision::kFloat32; break;
+    default: break;
+  }
+  return o;
+}
+
+// Gradients (host); absent ones stay absent.
+struct Grads {
+  HostTensor dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
+  HostTensor* at(int i) {
+    HostTensor* a[8] = {&dq, &dk, &dv, &dg, &dbeta, &dA_log, &ddt_bias, &dh0};
+    return a[i];
+  }
+};
+inline const char* const kGradNames[8] = {"dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+
+// Poisoned gradients shaped like the inputs; `f64` makes the q/k/v/beta ones float64 (for the
+// reference, whose q/k/v/beta/d_o are float64).
+inline Grads make_grads(const Case& c, const Inputs& x, bool f64) {
+  Grads g;
+  auto like = [&](const HostTensor& t, bool wide) {
+    HostTensor r = t;
+    if (wide) r = t.as(DType::kFloat64);
+    r.poison();
+    return r;
+  };
+  g.dq = like(x.q, f64);
+  g.dk = like(x.k, f64);
+  g.dv = like(x.v, f64);
+  if (c.all_outputs) {
+    g.dg = like(x.g, false);
+    g.dbeta = like(x.beta, f64);
+    if (x.A_log.present()) g.dA_log = like(x.A_log, false);
+    if (x.dt_bias.present()) g.ddt_bias = like(x.dt_bias, false);
+    if (x.h0.present()) g.dh0 = like(x.h0, false);
+  }
+  return g;
+}
+
+// Views of the gradients: device copies (owned by `keep`) or the host tensors.
+inline BackwardOutputs grad_views(Grads& g, bool dev, std::vector<DevBuf>& keep) {
+  auto put = [&](HostTensor& h) { return dev ? upload(h, keep) : (h.present() ? h.view : TensorView{}); };
+  BackwardOutputs o;
+  o.dq = put(g.dq);
+  o.dk = put(g.dk);
+  o.dv = put(g.dv);
+  o.dg = put(g.dg);
+  o.dbeta = put(g.dbeta);
+  o.dA_log = put(g.dA_log);
+  o.ddt_bias = put(g.ddt_bias);
+  o.dh0 = put(g.dh0);
+  return o;
+}
+
+// Copies device gradients back into g.
+inline void download_grads(const BackwardOutputs& o, Grads& g) {
+  const TensorView* dv[8] = {&o.dq, &o.dk, &o.dv, &o.dg, &o.dbeta, &o.dA_log, &o.ddt_bias, &o.dh0};
+  for (int i = 0; i < 8; ++i) download(*dv[i], *g.at(i));
+}
+
+// The float64 reference backward on the same input values.
+inline Status run_reference_backward(const Case& c, const Inputs& x, Grads* g) {
+  std::vector<DevBuf> keep;
+  const Inputs w = as_f64(x);
+  *g = make_grads(c, x, true);
+  const BackwardInputs in = backward_views(w, false, keep);
+  const BackwardOutputs out = grad_views(*g, false, keep);
+  return reference_backward(c.fam, in, out, make_options(c));
+}
+
+// Index of a dtype in the per-dtype error tables: 0 fp16, 1 bf16, 2 fp32.
+inline int dtype_index(DType dt) { return dt == DType::kFloat16 ? 0 : (dt == DType::kBFloat16 ? 1 : 2); }
+
+}  // namespace linattn::test

@@ -1,0 +1,157 @@
+// The CUDA backend's host-side policy (src/cuda/config/): what it can run, the tile / stage /
+// split choices, and the backward's compute form for each backward_precision. Host code only: no
+// GPU needed. These pin today's choices; a change to a heuristic shows up here first.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "cuda/config/backward_form.hpp"
+#include "cuda/config/heuristics.hpp"
+#include "cuda/config/limits.hpp"
+#include "cuda/cuda_test_util.hpp"
+
+namespace linattn::test {
+namespace {
+
+namespace cfg = linattn::cuda::config;
+
+// A validated problem for case c (host tensors: validation and sizes only).
+detail::Problem problem_of(const Case& c, BackwardPrecision bp = BackwardPrecision::kAuto) {
+  const Inputs x = make_inputs(c, /*backward=*/false);
+  std::vector<DevBuf> keep;
+  const ForwardInputs in = forward_views(x, false, keep);
+  Options o = make_options(c);
+  o.backward_precision = bp;
+  detail::Problem p;
+  const Status s = detail::resolve_inputs(c.fam, in, o, &p);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return p;
+}
+
+TEST(CudaConfig, Limits) {
+  EXPECT_EQ(cfg::kChunk, 64);
+  EXPECT_EQ(cfg::align_up(1), 256u);
+  EXPECT_EQ(cfg::align_up(256), 256u);
+  EXPECT_EQ(cfg::align_up(257), 512u);
+  EXPECT_EQ(cfg::kMaxSmem, 227u * 1024);
+  EXPECT_EQ(cfg::dtype_code(DType::kFloat16), 0);
+  EXPECT_EQ(cfg::dtype_code(DType::kBFloat16), 1);
+  EXPECT_EQ(cfg::dtype_code(DType::kFloat32), 2);
+  EXPECT_EQ(cfg::dtype_code(DType::kFloat64), 3);
+  EXPECT_EQ(cfg::dtype_code(DType::kInt32), 3);
+}
+
+TEST(CudaConfig, CanImplement) {
+  Case c;
+  c.K = c.V = 128;
+  EXPECT_TRUE(cfg::can_implement(problem_of(c), "forward").ok());
+  c.fam = Family::kGDN;
+  EXPECT_TRUE(cfg::can_implement(problem_of(c), "backward").ok());
+  Case k96;
+  k96.K = 96;
+  Status s = cfg::can_implement(problem_of(k96), "forward");
+  EXPECT_EQ(s.code, StatusCode::kNotSupported);
+  EXPECT_NE(s.message.find("CUDA forward supports head size K"), std::string::npos) << s.message;
+  Case v32;
+  v32.V = 32;
+  s = cfg::can_implement(problem_of(v32), "backward");
+  EXPECT_EQ(s.code, StatusCode::kNotSupported);
+  EXPECT_NE(s.message.find("CUDA backward supports head size V"), std::string::npos) << s.message;
+  Case f64;
+  f64.dt = DType::kFloat64;
+  EXPECT_EQ(cfg::can_implement(problem_of(f64), "forward").code, StatusCode::kNotSupported);
+}
+
+TEST(CudaConfig, FusedTile) {
+  const int sms = 132;
+  // bf16, K = V = 128: tiles of 64 unless half the SMs would idle (B = 2, HV = 32: 128 CTAs of 64)
+  const cfg::FusedTile big = cfg::fused_tile(1, 128, 128, 32, 2, sms, false);
+  EXPECT_EQ(big.vt, 64);
+  EXPECT_GT(big.stages, 0);
+  EXPECT_LE(big.smem, cfg::kMaxSmem);
+  EXPECT_EQ(cfg::fused_tile(1, 128, 128, 16, 1, sms, false).vt, 32);  // 32 CTAs of 64: 2 x 32 <= 132
+  EXPECT_EQ(cfg::fused_tile(0, 128, 128, 33, 2, sms, false).vt, 64);
+  EXPECT_EQ(cfg::fused_tile(2, 128, 128, 32, 2, sms, false).vt, 32);  // float32: always 32
+  EXPECT_GT(cfg::fused_tile(1, 128, 128, 32, 2, sms, /*raw_rows=*/true).stages, 0);
+}
+
+TEST(CudaConfig, RawRowsAndPrepSmem) {
+  Case c;
+  c.fam = Family::kGDN;
+  EXPECT_TRUE(cfg::raw_rows(problem_of(c)));
+  c.dt = DType::kFloat32;
+  EXPECT_FALSE(cfg::raw_rows(problem_of(c)));
+  c.fam = Family::kKDA;
+  c.dt = DType::kBFloat16;
+  EXPECT_FALSE(cfg::raw_rows(problem_of(c)));
+  for (int dt : {0, 1, 2})
+    for (int K : {64, 128, 256}) {
+      const cfg::PrepSmem ps = cfg::prep_smem(dt, K, true);
+      EXPECT_LE(ps.bytes, cfg::kMaxSmem) << dt << " " << K;
+      EXPECT_TRUE(ps.q_in_smem == 0 || ps.bytes <= 200 * 1024) << dt << " " << K;
+    }
+}
+
+TEST(CudaConfig, BackwardStagesAndSplits) {
+  for (int dt : {0, 1, 2})
+    for (int K : {64, 128}) {
+      EXPECT_GT(cfg::state_stages(dt, K).stages, 0) << dt << " " << K;
+      EXPECT_GT(cfg::dh_stages(dt, K, dt != 2).stages, 0) << dt << " " << K;
+    }
+  EXPECT_EQ(cfg::dh_v_tile(0), 64);
+  EXPECT_EQ(cfg::dh_v_tile(1), 64);
+  EXPECT_EQ(cfg::dh_v_tile(2), 32);
+  Case c;
+  c.K = c.V = 128;
+  EXPECT_TRUE(cfg::split_fits(problem_of(c)));
+  c.K = c.V = 256;
+  EXPECT_FALSE(cfg::split_fits(problem_of(c)));  // KgT's low half does not fit pass 1 at K = 256
+  int ns = 0, tps = 0;
+  cfg::token_v_splits(8, 1, &ns, &tps);  // V = 128: 8 tiles of 16; one chain: 4 splits of 2 tiles
+  EXPECT_EQ(ns, 4);
+  EXPECT_EQ(tps, 2);
+  cfg::token_v_splits(8, 1024, &ns, &tps);  // enough chains: no split
+  EXPECT_EQ(ns, 1);
+  EXPECT_EQ(tps, 8);
+  cfg::token_v_splits(16, 200, &ns, &tps);  // want 3: 3 splits of 6, 6, 4 tiles
+  EXPECT_EQ(ns, 3);
+  EXPECT_EQ(tps, 6);
+}
+
+TEST(CudaConfig, BackwardForm) {
+  using cfg::Compute;
+  Case c;  // KDA bf16, g given
+  EXPECT_EQ(cfg::compute_of(problem_of(c)), Compute::kSplit);
+  EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kSplit)), Compute::kSplit);
+  EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kFast16)), Compute::kSixteen);
+  EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kFloat32)), Compute::kFloat32);
+  Case gate = c;  // in-kernel gate with A_log: auto computes in float32, split stays split
+  gate.gate = Gate::kSoftplus;
+  EXPECT_TRUE(cfg::needs_float32(problem_of(gate)));
+  EXPECT_EQ(cfg::compute_of(problem_of(gate)), Compute::kFloat32);
+  EXPECT_EQ(cfg::compute_of(problem_of(gate, BackwardPrecision::kSplit)), Compute::kSplit);
+  Case wide = c;  // K = 256: the split form does not fit
+  wide.K = wide.V = 256;
+  EXPECT_EQ(cfg::compute_of(problem_of(wide)), Compute::kFloat32);
+  EXPECT_EQ(cfg::compute_of(problem_of(wide, BackwardPrecision::kSplit)), Compute::kFloat32);
+  EXPECT_EQ(cfg::compute_of(problem_of(wide, BackwardPrecision::kFast16)), Compute::kSixteen);
+  Case f32 = c;  // float32 inputs: float32 whatever the option
+  f32.dt = DType::kFloat32;
+  for (BackwardPrecision bp : {BackwardPrecision::kAuto, BackwardPrecision::kSplit, BackwardPrecision::kFast16,
+                               BackwardPrecision::kFloat32})
+    EXPECT_EQ(cfg::compute_of(problem_of(f32, bp)), Compute::kFloat32);
+  // the values a saved header records
+  EXPECT_EQ(static_cast<int>(Compute::kSixteen), 0);
+  EXPECT_EQ(static_cast<int>(Compute::kSplit), 1);
+  EXPECT_EQ(static_cast<int>(Compute::kFloat32), 2);
+  EXPECT_STREQ(cfg::compute_name(1), "split");
+  const cfg::ComputeForm widen(DType::kBFloat16, Compute::kFloat32);
+  EXPECT_TRUE(widen.f32 && widen.widen && !widen.split);
+  const cfg::ComputeForm split(DType::kFloat16, Compute::kSplit);
+  EXPECT_TRUE(!split.f32 && split.split && !split.widen);
+}
+
+}  // namespace
+}  // namespace linattn::test

@@ -137,6 +137,9 @@ def main():
     except Exception as e:  # noqa: BLE001
         fla_version = f"not importable ({e})"
     bw = copy_bandwidth()
+    stamp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".device", "LINATTN_COMMIT")
+    if not os.environ.get("LINATTN_COMMIT") and os.path.exists(stamp):  # the device's git metadata lags
+        os.environ["LINATTN_COMMIT"] = open(stamp).read().strip()[:12]
     commit = os.environ.get("LINATTN_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"device {torch.cuda.get_device_name()}, copy {bw / 1e12:.2f} TB/s, FLA {fla_version}, "

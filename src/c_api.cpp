@@ -3,6 +3,7 @@
 #include "linattn/linattn.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 
@@ -13,6 +14,11 @@ namespace {
 using namespace linattn;
 
 static_assert(LINATTN_MAX_DIMS == kMaxDims, "C and C++ tensor ranks must agree");
+static_assert(int{LINATTN_DECODE_INDEX_OUT_OF_RANGE} == int{kDecodeIndexOutOfRange} &&
+                  int{LINATTN_DECODE_BAD_ACCEPTED_TOKENS} == int{kDecodeBadAcceptedTokens} &&
+                  int{LINATTN_DECODE_SEQUENCE_TOO_LONG} == int{kDecodeSequenceTooLong} &&
+                  int{LINATTN_DECODE_BAD_CU_SEQLENS} == int{kDecodeBadCuSeqlens},
+              "C and C++ decode status flags must agree");
 static_assert(LINATTN_BACKWARD_AUTO == static_cast<int>(BackwardPrecision::kAuto) &&
                   LINATTN_BACKWARD_SPLIT == static_cast<int>(BackwardPrecision::kSplit) &&
                   LINATTN_BACKWARD_FAST16 == static_cast<int>(BackwardPrecision::kFast16) &&
@@ -72,6 +78,25 @@ ForwardInputs inputs(const linattn_forward_inputs& in) {
   r.initial_state = view(in.initial_state);
   r.cu_seqlens = view(in.cu_seqlens);
   r.cu_seqlens_host = view(in.cu_seqlens_host);
+  return r;
+}
+
+DecodeInputs inputs(const linattn_decode_inputs& in) {
+  DecodeInputs r;
+  r.q = view(in.q);
+  r.k = view(in.k);
+  r.v = view(in.v);
+  r.g = view(in.g);
+  r.g_gamma = view(in.g_gamma);
+  r.beta = view(in.beta);
+  r.A_log = view(in.A_log);
+  r.dt_bias = view(in.dt_bias);
+  r.state = view(in.state);
+  r.ssm_state_indices = view(in.ssm_state_indices);
+  r.num_accepted_tokens = view(in.num_accepted_tokens);
+  r.cu_seqlens = view(in.cu_seqlens);
+  r.cu_seqlens_host = view(in.cu_seqlens_host);
+  r.inplace_final_state = in.inplace_final_state != 0;
   return r;
 }
 
@@ -195,6 +220,29 @@ int linattn_backward(int family, const linattn_backward_inputs* in, const linatt
     o.dh0 = view(out->dh0);
     return backward(static_cast<Family>(family), inputs(*in), o, options(opt),
                     Workspace{workspace, workspace_bytes}, stream);
+  });
+}
+
+void linattn_decode_inputs_init(linattn_decode_inputs* in) {
+  linattn_tensor* t = &in->q;
+  for (size_t i = 0; i < offsetof(linattn_decode_inputs, inplace_final_state) / sizeof(linattn_tensor); ++i)
+    t[i] = linattn_absent_tensor();
+  in->inplace_final_state = 0;
+}
+void linattn_decode_outputs_init(linattn_decode_outputs* out) {
+  out->o = out->final_state = out->status = linattn_absent_tensor();
+}
+
+int linattn_decode(int family, const linattn_decode_inputs* in, const linattn_decode_outputs* out,
+                   const linattn_options* opt, void* stream, char* err, size_t err_len) {
+  return guarded(err, err_len, [&]() -> Status {
+    if (!in || !out) return null_arg("inputs or outputs");
+    if (!valid_family(family)) return Status::Invalid("unknown family");
+    DecodeOutputs o;
+    o.o = view(out->o);
+    o.final_state = view(out->final_state);
+    o.status = view(out->status);
+    return decode(static_cast<Family>(family), inputs(*in), o, options(opt), stream);
   });
 }
 

@@ -105,6 +105,34 @@ int linattn_backward(int family, const linattn_backward_inputs* in, const linatt
                      const linattn_options* opt, void* workspace, size_t workspace_bytes, void* stream,
                      char* err, size_t err_len);
 
+/* ---- decode (serving): the recurrent form for short per-sequence lengths, state pools and
+ * speculative decoding; no workspace, no host synchronisation (CUDA-graph capturable). Semantics:
+ * linattn.hpp, "decode". `state` is the pool [P, HV, K, V] (float32 or bfloat16) or the initial
+ * states [N, HV, K, V]; `status` (optional int32 [1] in the inputs' memory) receives the
+ * LINATTN_DECODE_* flags of sequences only the device could see were bad (they are skipped). */
+enum linattn_decode_status {
+  LINATTN_DECODE_OK = 0,
+  LINATTN_DECODE_INDEX_OUT_OF_RANGE = 1,
+  LINATTN_DECODE_BAD_ACCEPTED_TOKENS = 2,
+  LINATTN_DECODE_SEQUENCE_TOO_LONG = 4,
+  LINATTN_DECODE_BAD_CU_SEQLENS = 8
+};
+
+typedef struct linattn_decode_inputs {
+  linattn_tensor q, k, v, g, g_gamma, beta, A_log, dt_bias, state, ssm_state_indices, num_accepted_tokens,
+      cu_seqlens, cu_seqlens_host;
+  int32_t inplace_final_state;
+} linattn_decode_inputs;
+
+typedef struct linattn_decode_outputs {
+  linattn_tensor o, final_state, status;
+} linattn_decode_outputs;
+
+void linattn_decode_inputs_init(linattn_decode_inputs* in);
+void linattn_decode_outputs_init(linattn_decode_outputs* out);
+int linattn_decode(int family, const linattn_decode_inputs* in, const linattn_decode_outputs* out,
+                   const linattn_options* opt, void* stream, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

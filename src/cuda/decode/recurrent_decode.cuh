@@ -20,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 namespace linattn::cuda::recurrent {
 
@@ -138,16 +137,11 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 // Log decay of channel c (or the head's scalar) at token `tok`: SPEC.md's gate transforms.
-// The raw gate value of channel c (or the head's scalar) at token `tok` (0 without g).
-__device__ __forceinline__ float gate_raw(const Params& p, long long tok, int hv, int c) {
-  if (!p.has_g) return 0.f;
-  return ld_any(p.g, p.g_dt, p.vector_gate ? (tok * p.HV + hv) * p.K + c : tok * p.HV + hv);
-}
-
-// Log decay from the raw gate: SPEC.md's gate transforms, plus simple GLA's g_gamma.
-__device__ __forceinline__ float log_decay_from(const Params& p, float raw, int hv, int c) {
+__device__ __forceinline__ float log_decay(const Params& p, long long tok, int hv, int c) {
   float lg = 0.f;
   if (p.has_g) {
+    const long long gi = p.vector_gate ? (tok * p.HV + hv) * p.K + c : tok * p.HV + hv;
+    const float raw = ld_any(p.g, p.g_dt, gi);
     if (p.gate_kind == 0) {
       lg = raw;
     } else {
@@ -184,68 +178,31 @@ __device__ __forceinline__ float group_sum(float x) {
 // 64, 128 or 256.
 //
 // The decode is bandwidth-bound only if enough state bytes are in flight on every SM while each
-// CTA goes through its latency-bound phases. So the state tile goes global -> shared memory by
-// cp.async (no registers held: ~64 registers a thread, 8+ CTAs an SM), each thread's 4-wide
-// pieces at [piece][thread] (it reads back only what it copied: no barrier for the state), and
-// a CTA's three latencies overlap: the first token's inputs are requested before the slot index
-// is resolved, and the state copy is in flight while the inputs are staged. Per token:
+// CTA goes through its latency-bound phases (index loads, input staging, reductions). So the
+// state tile lives in shared memory (float32, each thread's pieces at [piece][thread]), not in
+// registers: a CTA needs ~64 registers a thread and 8 or more CTAs share an SM. Each thread
+// reads back only the pieces it loaded itself (no barrier for that). Per token:
 //   stage   thread r: q_r, k_r, decay_r (+ the l2 norms' and q.k partial sums); warp 0: v, beta
 //   pass 1  S' = Diag(e) S, a = S'^T k, b = S'^T q          (S' recomputed in pass 2, bitwise)
 //   reduce  [K, V]: shuffles over the warp's row groups, then the warps in a fixed order
-//   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T: kept for the next token and/or
-//           stored to the pool / final_state
-template <bool VFirst, int KB>
-struct Geometry {
+//   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T, written back / stored
+template <typename IO, typename ST, bool VFirst, int KB>
+__global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kRowsPerThread = KB / kThreads;  // staging: rows a thread (0 means 1, r < KB)
   // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; thread rows r0 .. r0 + NR - 1
   //         with r0 = (warp * 4 + lane / 8) * NR (consecutive: the staged inputs load as float4).
   // [V, K]: LK lanes per V row (4 K entries each, twice for KB = 256), RPW rows per warp pass.
-  static constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
-  static constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
-  static constexpr int RPW = VFirst ? 32 / LK : 1;
-  static constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
-  static constexpr int NP = VFirst ? NR * EPL : NR;  // 4-wide pieces a thread holds
-  static constexpr int kRows = KB / kThreads > 0 ? KB / kThreads : 1;  // staged rows a thread
-};
-
-// Dynamic shared memory of one CTA: the state copy (4-element pieces of ST), a float32 work copy
-// when ST is not float32 (the state between a sequence's tokens), staged inputs, reductions.
-template <typename ST, bool VFirst, int KB>
-constexpr int smem_bytes() {
-  constexpr int NP = Geometry<VFirst, KB>::NP;
-  return NP * kThreads * 4 * static_cast<int>(sizeof(ST)) + (sizeof(ST) == 4 ? 0 : NP * kThreads * 16) +
-         3 * KB * 4 + 2 * kTileV * 4 + (kThreads / 32) * 16 + 2 * (kThreads / 32) * 2 * (kTileV / 4) * 16;
-}
-
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if (bytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-  }
-}
-
-template <typename IO, typename ST, bool VFirst, int KB>
-__global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
-  using Geo = Geometry<VFirst, KB>;
-  constexpr int kWarps = kThreads / 32;
-  constexpr int LK = Geo::LK, EPL = Geo::EPL, RPW = Geo::RPW, NR = Geo::NR, NP = Geo::NP, kRows = Geo::kRows;
-  using Raw = typename std::conditional<sizeof(ST) == 4, float4, uint2>::type;  // 4 elements of ST
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  Raw(*sRaw)[kThreads] = reinterpret_cast<Raw(*)[kThreads]>(smem_raw);
-  unsigned char* cursor = smem_raw + NP * kThreads * sizeof(Raw);
-  float4(*sWork)[kThreads] = reinterpret_cast<float4(*)[kThreads]>(smem_raw);  // float32 pools: the copy itself
-  if constexpr (sizeof(ST) != 4) {
-    sWork = reinterpret_cast<float4(*)[kThreads]>(cursor);
-    cursor += NP * kThreads * 16;
-  }
-  float* sq = reinterpret_cast<float*>(cursor);
-  float* sk = sq + KB;
-  float* se = sk + KB;
-  float* sv = se + KB;
-  float* sb = sv + kTileV;
-  float4* red_n = reinterpret_cast<float4*>(sb + kTileV);  // [kWarps]: |q|^2, |k|^2, q.k partials
-  float4(*red_ab)[kWarps][2][kTileV / 4] = reinterpret_cast<float4(*)[kWarps][2][kTileV / 4]>(red_n + kWarps);
+  constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
+  constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
+  constexpr int RPW = VFirst ? 32 / LK : 1;
+  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
+  constexpr int NP = VFirst ? NR * EPL : NR;  // 4-wide pieces a thread holds
+  __shared__ float4 sS[NP][kThreads];
+  __shared__ __align__(16) float sq[KB], sk[KB], se[KB];
+  __shared__ __align__(16) float sv[kTileV], sb[kTileV];
+  __shared__ float4 red_n[kWarps];                     // per warp: |q|^2, |k|^2, q.k partials
+  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];  // [K, V]: a, b partials per warp
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned nvt = (static_cast<unsigned>(p.V) + kTileV - 1) / kTileV;
@@ -257,9 +214,6 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
   const int h = hv / p.G;
   const int v0 = vt * kTileV;
   const long long KV = static_cast<long long>(p.K) * p.V;
-  auto flag = [&](int bit) {
-    if (tid == 0 && p.status) atomicOr(p.status, bit);
-  };
 
   // ---- the sequence's tokens (device cu_seqlens are checked here: no host copy needed)
   long long bos, len;
@@ -267,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     bos = ld_index(p.cu, p.cu64, n);
     const long long eos = ld_index(p.cu, p.cu64, n + 1);
     if (bos < 0 || eos < bos || eos > p.total_tokens) {
-      flag(8);
+      if (tid == 0 && p.status) atomicOr(p.status, 8);
       return;
     }
     len = eos - bos;
@@ -277,65 +231,40 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
   }
   if (len == 0) return;
 
-  // ---- a token's inputs, requested into registers (used by stage(): the loads overlap whatever
-  // comes between)
-  struct Inputs {
-    float q[kRows], k[kRows], g[kRows];
-    float v, beta;
-  };
-  const IO* q = static_cast<const IO*>(p.q);
-  const IO* k = static_cast<const IO*>(p.k);
-  const IO* v = static_cast<const IO*>(p.v);
-  IO* o = static_cast<IO*>(p.o);
-  auto request = [&](long long tok) {
-    Inputs x;
-    const long long qk0 = (tok * p.H + h) * p.K;
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      const int r = tid + j * kThreads;
-      const bool ok = r < p.K;
-      x.q[j] = ok ? to_f(q[qk0 + r]) : 0.f;
-      x.k[j] = ok ? to_f(k[qk0 + r]) : 0.f;
-      x.g[j] = ok && (p.vector_gate || r == 0) ? gate_raw(p, tok, hv, p.vector_gate ? r : 0) : 0.f;
-    }
-    x.v = x.beta = 0.f;
-    if (tid < kTileV && v0 + tid < p.V) {
-      x.v = to_f(v[(tok * p.HV + hv) * p.V + v0 + tid]);
-      x.beta = p.delta ? beta_at(p, tok, hv, v0 + tid) : 0.f;
-    }
-    return x;
-  };
-  Inputs in0 = request(bos);
-
-  // ---- the slot to start from
-  long long rslot = n;
-  bool skip = false;
-  if (p.has_indices) {
-    long long a = 1;
-    if (p.indices_2d && len > p.index_cols) {
-      flag(4);
-      skip = true;
-    } else if (p.has_accepted) {
-      a = ld_index(p.accepted, p.acc64, n);
-      if (a < 1 || a > p.index_cols) {
-        flag(2);
-        skip = true;
-      }
-    }
-    if (!skip) {
-      rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
-      if (rslot < 0 || rslot >= p.pool_slots) {
-        if (rslot >= 0) flag(1);
-        skip = true;
-      }
-    }
-  }
-  if (skip) {  // padding or a flagged slot: o rows 0, nothing else written
+  auto zero_o = [&]() {  // a skipped sequence's o rows (this head, this V tile)
+    IO* o = static_cast<IO*>(p.o);
     for (long long i = tid; i < len * kTileV; i += kThreads) {
       const int c = v0 + static_cast<int>(i % kTileV);
       if (c < p.V) o[((bos + i / kTileV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
     }
-    return;
+  };
+  auto flag = [&](int bit) {
+    if (tid == 0 && p.status) atomicOr(p.status, bit);
+  };
+
+  // ---- the slot to start from
+  long long rslot = n;
+  if (p.has_indices) {
+    if (p.indices_2d && len > p.index_cols) {
+      flag(4);
+      zero_o();
+      return;
+    }
+    long long a = 1;
+    if (p.has_accepted) {
+      a = ld_index(p.accepted, p.acc64, n);
+      if (a < 1 || a > p.index_cols) {
+        flag(2);
+        zero_o();
+        return;
+      }
+    }
+    rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
+    if (rslot < 0 || rslot >= p.pool_slots) {
+      if (rslot >= 0) flag(1);
+      zero_o();
+      return;
+    }
   }
 
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
@@ -352,7 +281,8 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       return (v0 + vk_row(pi / EPL)) * p.K + vk_col(pi % EPL);
     }
   };
-  const bool full = p.K == KB && v0 + kTileV <= p.V;  // whole tile inside the state
+  // Whole tile inside the state: every piece valid (the general path masks each piece).
+  const bool full = p.K == KB && v0 + kTileV <= p.V;
   auto piece_nv = [&](int pi) -> int {
     if (full) return 4;
     if constexpr (!VFirst) {
@@ -362,50 +292,47 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     }
   };
 
-  // ---- the state copy: cp.async when every piece is whole and aligned, else element loads
+  // ---- the state into shared memory (its loads overlap the first token's staging)
   {
     const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
-    if (p.has_state && full && p.vec_state) {
+    float4 x[NP];
 #pragma unroll
-      for (int pi = 0; pi < NP; ++pi) cp_async(&sRaw[pi][tid], src + piece_off(pi), static_cast<int>(sizeof(Raw)));
-      asm volatile("cp.async.commit_group;\n" ::);
-    } else {
-#pragma unroll
-      for (int pi = 0; pi < NP; ++pi) {
-        const int nv = piece_nv(pi);
-        const float4 x = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
-        if constexpr (sizeof(ST) == 4) {
-          sRaw[pi][tid] = x;
-        } else {
-          ST* e = reinterpret_cast<ST*>(&sRaw[pi][tid]);
-          e[0] = from_f<ST>(x.x);
-          e[1] = from_f<ST>(x.y);
-          e[2] = from_f<ST>(x.z);
-          e[3] = from_f<ST>(x.w);
-        }
-      }
+    for (int pi = 0; pi < NP; ++pi) {
+      const int nv = piece_nv(pi);
+      x[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
   }
 
+  const IO* q = static_cast<const IO*>(p.q);
+  const IO* k = static_cast<const IO*>(p.k);
+  const IO* v = static_cast<const IO*>(p.v);
+  IO* o = static_cast<IO*>(p.o);
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
-    Inputs in = t == 0 ? in0 : request(tok);
     if (t > 0) __syncthreads();  // the previous token's readers of the staged inputs are done
     // ---- stage: rows (q, k, decay) with the norms' partial sums; warp 0 also v and beta
     {
-      const float e_scalar = p.vector_gate ? 1.f : expf(log_decay_from(p, __shfl_sync(0xffffffffu, in.g[0], 0), hv, 0));
+      const long long qk0 = (tok * p.H + h) * p.K;
+      const float e_scalar = p.vector_gate ? 1.f : expf(log_decay(p, tok, hv, 0));
       float nq = 0.f, nk = 0.f, nqk = 0.f;
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) {
+      for (int j = 0; j < (kRowsPerThread > 0 ? kRowsPerThread : 1); ++j) {
         const int r = tid + j * kThreads;
         if (r < KB) {
-          const float er = r >= p.K ? 1.f : (p.vector_gate ? expf(log_decay_from(p, in.g[j], hv, r)) : e_scalar);
-          sq[r] = in.q[j];
-          sk[r] = in.k[j];
+          float qr = 0.f, kr = 0.f, er = 1.f;
+          if (r < p.K) {
+            qr = to_f(q[qk0 + r]);
+            kr = to_f(k[qk0 + r]);
+            er = p.vector_gate ? expf(log_decay(p, tok, hv, r)) : e_scalar;
+          }
+          sq[r] = qr;
+          sk[r] = kr;
           se[r] = er;
-          nq += in.q[j] * in.q[j];
-          nk += in.k[j] * in.k[j];
-          nqk += in.q[j] * in.k[j];
+          nq += qr * qr;
+          nk += kr * kr;
+          nqk += qr * kr;
         }
       }
       nq = group_sum<32>(nq);
@@ -413,11 +340,11 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       nqk = group_sum<32>(nqk);
       if (lane == 0) red_n[warp] = make_float4(nq, nk, nqk, 0.f);
       if (tid < kTileV) {
-        sv[tid] = in.v;
-        sb[tid] = in.beta;
+        const int c = v0 + tid;
+        sv[tid] = c < p.V ? to_f(v[(tok * p.HV + hv) * p.V + c]) : 0.f;
+        sb[tid] = p.delta && c < p.V ? beta_at(p, tok, hv, c) : 0.f;
       }
     }
-    if (t == 0) asm volatile("cp.async.wait_all;\n" ::);  // this thread's state pieces have landed
     __syncthreads();
     float4 nn = red_n[0];
 #pragma unroll
@@ -430,9 +357,12 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     const float qs = rq * p.scale;
     const float qk = nn.z * qs * rk;
 
-    // where pass 2 sends the new state: the work copy (more tokens), the pool / final_state
+    // where pass 2 sends the new state: shared memory (more tokens), the pool / final_state
     const bool last = t + 1 == len;
-    bool to_global = false, to_pool = true;
+    bool to_global = false;
+    void* dst = nullptr;
+    int dst_dt = sizeof(ST) == 4 ? 2 : 1;
+    bool dst_vec = p.vec_state;
     long long dst_off = 0;
     if (p.indices_2d) {
       const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
@@ -440,36 +370,25 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         flag(1);
       } else if (w >= 0) {
         to_global = true;
+        dst = p.state;
         dst_off = w * p.state_stride + hv * KV;
       }
     } else if (last && p.inplace) {
       to_global = true;
+      dst = p.state;
       dst_off = rslot * p.state_stride + hv * KV;
     } else if (last && p.has_final) {
       to_global = true;
-      to_pool = false;
+      dst = p.final_state;
+      dst_dt = p.final_dt;
+      dst_vec = p.vec_final;
       dst_off = static_cast<long long>(n) * p.HV * KV + hv * KV;
     }
-    auto load = [&](int pi) -> float4 {  // the state before this token
-      if constexpr (sizeof(ST) == 4) {
-        return sRaw[pi][tid];
-      } else {
-        if (t > 0) return sWork[pi][tid];
-        const uint2 r = sRaw[pi][tid];
-        const ST* e = reinterpret_cast<const ST*>(&r);
-        return make_float4(to_f(e[0]), to_f(e[1]), to_f(e[2]), to_f(e[3]));
-      }
-    };
     auto emit = [&](int pi, const float4& x) {  // the new state's piece pi
-      if (!last) sWork[pi][tid] = x;
+      if (!last) sS[pi][tid] = x;
       if (to_global) {
         const int nv = piece_nv(pi);
-        if (nv <= 0) return;
-        if (to_pool) {
-          st4(static_cast<ST*>(p.state) + dst_off + piece_off(pi), x, p.vec_state, nv);
-        } else {
-          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), x, p.vec_final, nv);
-        }
+        if (nv > 0) st4_any(dst, dst_dt, dst_off + piece_off(pi), x, dst_vec, nv);
       }
     };
 
@@ -491,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
-        const float4 x = load(i);
+        const float4 x = sS[i][tid];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float sd = f4(x, j) * er[i];
@@ -535,13 +454,13 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         const float kn = kr[i] * rk;
-        float4 x = load(i);
+        float4 x = sS[i][tid];
 #pragma unroll
         for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * f4(u, j);
         emit(i, x);
       }
     } else {
-      // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle
+      // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle, no barrier
       float qq[EPL][4], kk[EPL][4], ek[EPL][4];
 #pragma unroll
       for (int e = 0; e < EPL; ++e) {
@@ -560,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         float a = 0.f, b = 0.f;
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
-          const float4 x = load(i * EPL + e);
+          const float4 x = sS[i * EPL + e][tid];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const float sd = f4(x, j) * ek[e][j];
@@ -575,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         if (lk == 0 && v0 + jr < p.V) o[(tok * p.HV + hv) * p.V + v0 + jr] = from_f<IO>(b * qs + qk * uj);
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
-          float4 x = load(i * EPL + e);
+          float4 x = sS[i * EPL + e][tid];
 #pragma unroll
           for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * ek[e][j] + kk[e][j] * uj;
           emit(i * EPL + e, x);
@@ -583,25 +502,6 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       }
     }
   }
-}
-
-// Launches one instantiation: its dynamic shared memory limit is raised once per device.
-template <typename IO, typename ST, bool VFirst, int KB>
-cudaError_t launch_kernel(const Params& p, long long blocks, cudaStream_t stream) {
-  constexpr int smem = smem_bytes<ST, VFirst, KB>();
-  constexpr int kMaxDevices = 64;
-  static int attribute_set[kMaxDevices] = {};  // per device (the attribute is per context)
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (!attribute_set[dev]) {
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_decode_kernel<IO, ST, VFirst, KB>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    attribute_set[dev] = 1;
-  }
-  recurrent_decode_kernel<IO, ST, VFirst, KB><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
 }
 
 // Launches the kernel for IO element type `io` (instantiated one dtype per translation unit).
@@ -612,11 +512,15 @@ cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, cuda
 template <typename IO>
 cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(p.N) * p.HV * ((p.V + kTileV - 1) / kTileV);
-#define LINATTN_DECODE_KB(ST, VF)                                        \
-  switch (kb) {                                                          \
-    case 64: return launch_kernel<IO, ST, VF, 64>(p, blocks, stream);    \
-    case 128: return launch_kernel<IO, ST, VF, 128>(p, blocks, stream);  \
-    default: return launch_kernel<IO, ST, VF, 256>(p, blocks, stream);   \
+  auto go = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  };
+#define LINATTN_DECODE_KB(ST, VF)                                                         \
+  switch (kb) {                                                                           \
+    case 64: return go(recurrent_decode_kernel<IO, ST, VF, 64>);                          \
+    case 128: return go(recurrent_decode_kernel<IO, ST, VF, 128>);                        \
+    default: return go(recurrent_decode_kernel<IO, ST, VF, 256>);                         \
   }
   if (st_bf16) {
     if (v_first) { LINATTN_DECODE_KB(__nv_bfloat16, true) } else { LINATTN_DECODE_KB(__nv_bfloat16, false) }

@@ -90,11 +90,14 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   if (Status ds = device.enter(pr.device.index); !ds.ok()) return ds;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const bool vf = pr.opt.state_v_first;
+  // every tile whole and every piece an aligned vector: the kernel without masks
+  const bool fast = pr.K == kb && pr.V % recurrent::kTileV == 0 && (!d.has_state || p.vec_state) && p.vec_o &&
+                    (!d.has_final || p.vec_final);
   cudaError_t e;
   switch (pr.dtype) {
-    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, st); break;
-    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, st); break;
-    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, st); break;
+    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, st); break;
+    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, st); break;
+    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, st); break;
   }
   if (e != cudaSuccess) return cuda_error("recurrent decode launch", e);
   return Status::Ok();

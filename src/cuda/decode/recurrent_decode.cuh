@@ -186,7 +186,9 @@ __device__ __forceinline__ float group_sum(float x) {
 //   pass 1  S' = Diag(e) S, a = S'^T k, b = S'^T q          (S' recomputed in pass 2, bitwise)
 //   reduce  [K, V]: shuffles over the warp's row groups, then the warps in a fixed order
 //   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T, written back / stored
-template <typename IO, typename ST, bool VFirst, int KB>
+// Fast: every tile whole and every 4-wide piece an aligned vector (K = KB, V a multiple of 32,
+// aligned tensors: the common 64/128/256 head sizes), so the masks and their branches compile away.
+template <typename IO, typename ST, bool VFirst, int KB, bool Fast>
 __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kRowsPerThread = KB / kThreads;  // staging: rows a thread (0 means 1, r < KB)
@@ -282,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     }
   };
   // Whole tile inside the state: every piece valid (the general path masks each piece).
-  const bool full = p.K == KB && v0 + kTileV <= p.V;
+  const bool full = Fast || (p.K == KB && v0 + kTileV <= p.V);
   auto piece_nv = [&](int pi) -> int {
     if (full) return 4;
     if constexpr (!VFirst) {
@@ -299,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
       const int nv = piece_nv(pi);
-      x[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[pi] = p.has_state && nv > 0 ? ld4(src + piece_off(pi), Fast || p.vec_state, nv) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
@@ -359,10 +361,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 
     // where pass 2 sends the new state: shared memory (more tokens), the pool / final_state
     const bool last = t + 1 == len;
-    bool to_global = false;
-    void* dst = nullptr;
-    int dst_dt = sizeof(ST) == 4 ? 2 : 1;
-    bool dst_vec = p.vec_state;
+    bool to_global = false, to_pool = true;
     long long dst_off = 0;
     if (p.indices_2d) {
       const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
@@ -370,25 +369,26 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         flag(1);
       } else if (w >= 0) {
         to_global = true;
-        dst = p.state;
         dst_off = w * p.state_stride + hv * KV;
       }
     } else if (last && p.inplace) {
       to_global = true;
-      dst = p.state;
       dst_off = rslot * p.state_stride + hv * KV;
     } else if (last && p.has_final) {
       to_global = true;
-      dst = p.final_state;
-      dst_dt = p.final_dt;
-      dst_vec = p.vec_final;
+      to_pool = false;
       dst_off = static_cast<long long>(n) * p.HV * KV + hv * KV;
     }
     auto emit = [&](int pi, const float4& x) {  // the new state's piece pi
       if (!last) sS[pi][tid] = x;
       if (to_global) {
         const int nv = piece_nv(pi);
-        if (nv > 0) st4_any(dst, dst_dt, dst_off + piece_off(pi), x, dst_vec, nv);
+        if (nv <= 0) return;
+        if (to_pool) {
+          st4(static_cast<ST*>(p.state) + dst_off + piece_off(pi), x, Fast || p.vec_state, nv);
+        } else {
+          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), x, Fast || p.vec_final, nv);
+        }
       }
     };
 
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         f4(ov, j) = f4(B, j) * qs + qk * uj;
       }
       const int ncol = clamp_nv(p.V - c0);
-      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, p.vec_o, ncol);
+      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, Fast || p.vec_o, ncol);
       // ---- pass 2: S = S' + k u^T
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
@@ -505,28 +505,35 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 }
 
 // Launches the kernel for IO element type `io` (instantiated one dtype per translation unit).
-cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream);
-cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream);
-cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream);
+cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
+cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
+cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
 
 template <typename IO>
-cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream) {
+cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(p.N) * p.HV * ((p.V + kTileV - 1) / kTileV);
   auto go = [&](auto kernel) {
     kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   };
-#define LINATTN_DECODE_KB(ST, VF)                                                         \
+#define LINATTN_DECODE_KB(ST, VF, F)                                                      \
   switch (kb) {                                                                           \
-    case 64: return go(recurrent_decode_kernel<IO, ST, VF, 64>);                          \
-    case 128: return go(recurrent_decode_kernel<IO, ST, VF, 128>);                        \
-    default: return go(recurrent_decode_kernel<IO, ST, VF, 256>);                         \
+    case 64: return go(recurrent_decode_kernel<IO, ST, VF, 64, F>);                       \
+    case 128: return go(recurrent_decode_kernel<IO, ST, VF, 128, F>);                     \
+    default: return go(recurrent_decode_kernel<IO, ST, VF, 256, F>);                      \
+  }
+#define LINATTN_DECODE_FAST(ST, VF) \
+  if (fast) {                       \
+    LINATTN_DECODE_KB(ST, VF, true) \
+  } else {                          \
+    LINATTN_DECODE_KB(ST, VF, false) \
   }
   if (st_bf16) {
-    if (v_first) { LINATTN_DECODE_KB(__nv_bfloat16, true) } else { LINATTN_DECODE_KB(__nv_bfloat16, false) }
+    if (v_first) { LINATTN_DECODE_FAST(__nv_bfloat16, true) } else { LINATTN_DECODE_FAST(__nv_bfloat16, false) }
   } else {
-    if (v_first) { LINATTN_DECODE_KB(float, true) } else { LINATTN_DECODE_KB(float, false) }
+    if (v_first) { LINATTN_DECODE_FAST(float, true) } else { LINATTN_DECODE_FAST(float, false) }
   }
+#undef LINATTN_DECODE_FAST
 #undef LINATTN_DECODE_KB
   return cudaErrorInvalidValue;
 }

@@ -2,7 +2,7 @@
 #include "cuda/decode/recurrent_decode.cuh"
 
 namespace linattn::cuda::recurrent {
-cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, cudaStream_t stream) {
-  return launch_io<float>(p, st_bf16, v_first, kb, stream);
+cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream) {
+  return launch_io<float>(p, st_bf16, v_first, kb, fast, stream);
 }
 }  // namespace linattn::cuda::recurrent

@@ -137,11 +137,16 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 // Log decay of channel c (or the head's scalar) at token `tok`: SPEC.md's gate transforms.
-__device__ __forceinline__ float log_decay(const Params& p, long long tok, int hv, int c) {
+// The raw gate value of channel c (or the head's scalar) at token `tok` (0 without g).
+__device__ __forceinline__ float gate_raw(const Params& p, long long tok, int hv, int c) {
+  if (!p.has_g) return 0.f;
+  return ld_any(p.g, p.g_dt, p.vector_gate ? (tok * p.HV + hv) * p.K + c : tok * p.HV + hv);
+}
+
+// Log decay from the raw gate: SPEC.md's gate transforms, plus simple GLA's g_gamma.
+__device__ __forceinline__ float log_decay_from(const Params& p, float raw, int hv, int c) {
   float lg = 0.f;
   if (p.has_g) {
-    const long long gi = p.vector_gate ? (tok * p.HV + hv) * p.K + c : tok * p.HV + hv;
-    const float raw = ld_any(p.g, p.g_dt, gi);
     if (p.gate_kind == 0) {
       lg = raw;
     } else {
@@ -244,6 +249,32 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     if (tid == 0 && p.status) atomicOr(p.status, bit);
   };
 
+  // ---- the first token's inputs, requested before the slot index is resolved (their latency
+  // overlaps the index load and the state copy); staged in the token loop
+  constexpr int kRows = kRowsPerThread > 0 ? kRowsPerThread : 1;
+  const IO* q = static_cast<const IO*>(p.q);
+  const IO* k = static_cast<const IO*>(p.k);
+  const IO* v = static_cast<const IO*>(p.v);
+  IO* o = static_cast<IO*>(p.o);
+  float in_q[kRows], in_k[kRows], in_g[kRows], in_v = 0.f, in_b = 0.f;
+  auto request = [&](long long tok) {
+    const long long qk0 = (tok * p.H + h) * p.K;
+    const float g0 = p.vector_gate ? 0.f : gate_raw(p, tok, hv, 0);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const int r = tid + j * kThreads;
+      const bool ok = r < p.K;
+      in_q[j] = ok ? to_f(q[qk0 + r]) : 0.f;
+      in_k[j] = ok ? to_f(k[qk0 + r]) : 0.f;
+      in_g[j] = ok ? (p.vector_gate ? gate_raw(p, tok, hv, r) : g0) : 0.f;
+    }
+    if (tid < kTileV && v0 + tid < p.V) {
+      in_v = to_f(v[(tok * p.HV + hv) * p.V + v0 + tid]);
+      in_b = p.delta ? beta_at(p, tok, hv, v0 + tid) : 0.f;
+    }
+  };
+  request(bos);
+
   // ---- the slot to start from
   long long rslot = n;
   if (p.has_indices) {
@@ -307,34 +338,23 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
   }
 
-  const IO* q = static_cast<const IO*>(p.q);
-  const IO* k = static_cast<const IO*>(p.k);
-  const IO* v = static_cast<const IO*>(p.v);
-  IO* o = static_cast<IO*>(p.o);
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
     if (t > 0) __syncthreads();  // the previous token's readers of the staged inputs are done
     // ---- stage: rows (q, k, decay) with the norms' partial sums; warp 0 also v and beta
     {
-      const long long qk0 = (tok * p.H + h) * p.K;
-      const float e_scalar = p.vector_gate ? 1.f : expf(log_decay(p, tok, hv, 0));
+      if (t > 0) request(tok);
       float nq = 0.f, nk = 0.f, nqk = 0.f;
 #pragma unroll
-      for (int j = 0; j < (kRowsPerThread > 0 ? kRowsPerThread : 1); ++j) {
+      for (int j = 0; j < kRows; ++j) {
         const int r = tid + j * kThreads;
         if (r < KB) {
-          float qr = 0.f, kr = 0.f, er = 1.f;
-          if (r < p.K) {
-            qr = to_f(q[qk0 + r]);
-            kr = to_f(k[qk0 + r]);
-            er = p.vector_gate ? expf(log_decay(p, tok, hv, r)) : e_scalar;
-          }
-          sq[r] = qr;
-          sk[r] = kr;
-          se[r] = er;
-          nq += qr * qr;
-          nk += kr * kr;
-          nqk += qr * kr;
+          sq[r] = in_q[j];
+          sk[r] = in_k[j];
+          se[r] = r < p.K ? expf(log_decay_from(p, in_g[j], hv, p.vector_gate ? r : 0)) : 1.f;
+          nq += in_q[j] * in_q[j];
+          nk += in_k[j] * in_k[j];
+          nqk += in_q[j] * in_k[j];
         }
       }
       nq = group_sum<32>(nq);
@@ -342,9 +362,8 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       nqk = group_sum<32>(nqk);
       if (lane == 0) red_n[warp] = make_float4(nq, nk, nqk, 0.f);
       if (tid < kTileV) {
-        const int c = v0 + tid;
-        sv[tid] = c < p.V ? to_f(v[(tok * p.HV + hv) * p.V + c]) : 0.f;
-        sb[tid] = p.delta && c < p.V ? beta_at(p, tok, hv, c) : 0.f;
+        sv[tid] = in_v;
+        sb[tid] = in_b;
       }
     }
     __syncthreads();

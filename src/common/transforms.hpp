@@ -81,6 +81,11 @@ inline T log_sigmoid(T x) {
 // The gradient of a floored gate is 0 (the true one is exp(g) times bounded terms, below
 // 1e-47 of them). The float64 reference evaluates the recurrence exactly and needs no floor.
 constexpr double kGateFloor = -110.0;
+// The backends' exp of a log decay is exactly 0 at or below this (exp(-100) < 3.8e-44): every
+// decay that spans a floored gate lies below it whatever the rounding of the cumulative sums, so
+// a full forget leaves exactly nothing of the forgotten state (a zero gradient for a forgotten
+// initial state is exactly zero, as in the recurrence).
+constexpr double kDecayFlush = -100.0;
 
 // ---- gate: identity (g is the log decay), or computed in-kernel from raw g, A_log, dt_bias.
 //   softplus:    g = -exp(A_log) * softplus(x),            x = g_raw + dt_bias

@@ -2,11 +2,21 @@
 # Installs what building (and, with --python, the Python package and its tests) needs, from
 # Debian's packages and PyPI. Safe to re-run: it installs only what is missing.
 set -euo pipefail
+# --python: also the Python package's build and test requirements (PyPI);
+# --fuzz: also clang with its libFuzzer / sanitizer runtimes and OpenMP (scripts/fuzz.sh).
 want_python=0
-[ "${1:-}" = "--python" ] && want_python=1
+want_fuzz=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) want_python=1 ;;
+    --fuzz) want_fuzz=1 ;;
+  esac
+done
 
+apt_pkgs=(cmake ninja-build g++ libgtest-dev)
+[ $want_fuzz -eq 1 ] && apt_pkgs+=(clang libclang-rt-dev libomp-dev)
 need_apt=()
-for pkg in cmake ninja-build g++ libgtest-dev; do
+for pkg in "${apt_pkgs[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -21,7 +31,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   python3 -c "import cutlass_library" 2>/dev/null || pip_pkgs+=("nvidia-cutlass")
 fi
 if [ $want_python -eq 1 ]; then
-  for mod in numpy torch nanobind scikit_build_core pytest matplotlib; do
+  for mod in numpy torch nanobind scikit_build_core pytest matplotlib hypothesis; do
     python3 -c "import $mod" 2>/dev/null || pip_pkgs+=("${mod//_/-}")
   done
 fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test that this machine can run: the C++ suites (ctest:
 # GoogleTest, CPU backend, float64 reference, validation; the GPU suite skips itself without a
-# GPU) and the Python package's tests (pytest, after pip install .). Installs what it needs.
+# GPU) and the Python package's tests (pytest, after pip install .), then the fuzz target over the C
+# ABI (scripts/fuzz.sh: clang, ASan + UBSan, the committed corpus replayed, then
+# LINATTN_FUZZ_SECONDS of fuzzing, default 240; 0 replays the corpus only). Installs what it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -23,3 +25,6 @@ if [ -f pyproject.toml ]; then
   python3 -m pytest tests/python -q
   echo "== pytest done after $(( $(date +%s) - start )) s"
 fi
+
+bash scripts/fuzz.sh
+echo "== fuzzing done after $(( $(date +%s) - start )) s"

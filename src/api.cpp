@@ -1,4 +1,6 @@
 // Public entry points: validate, size-check the workspace, dispatch to one backend.
+#include <exception>
+#include <new>
 #include <string>
 
 #include "common/backend.hpp"
@@ -91,6 +93,11 @@ const char* version() { return "0.1.0"; }
 
 bool cuda_available() { return cuda::available(); }
 
+Status workspace_from_view(const TensorView& t, Workspace* ws) {
+  if (ws == nullptr) return Status::Invalid("workspace_from_view: null output");
+  return detail::workspace_view(t, ws);
+}
+
 namespace {
 
 using detail::Problem;
@@ -105,18 +112,24 @@ Status check_cuda_build(const Problem& p) {
   return Status::Ok();
 }
 
-std::size_t backend_saved_bytes(const Problem& p) {
-  return on_cuda(p) ? cuda::saved_bytes(p) : cpu::saved_bytes(p);
+// Every public entry point returns a Status and never throws: an allocation failure (host
+// vectors sized from the problem, e.g. the sequence offsets of an absurd batch) or any other
+// exception becomes a kBackendError.
+template <class F>
+Status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kBackendError, "out of host memory (the problem's sizes are too large for this machine)"};
+  } catch (const std::exception& e) {
+    return {StatusCode::kBackendError, std::string("internal error: ") + e.what()};
+  } catch (...) {
+    return {StatusCode::kBackendError, "internal error: unknown exception"};
+  }
 }
 
-Status check_workspace(Workspace ws, std::size_t need) {
-  if (ws.bytes < need) {
-    return {StatusCode::kWorkspaceTooSmall, "workspace has " + std::to_string(ws.bytes) +
-                                                " bytes, this call needs " + std::to_string(need) +
-                                                " (see *_workspace_size)"};
-  }
-  if (need > 0 && ws.data == nullptr) return Status::Invalid("workspace data pointer is null");
-  return Status::Ok();
+std::size_t backend_saved_bytes(const Problem& p) {
+  return on_cuda(p) ? cuda::saved_bytes(p) : cpu::saved_bytes(p);
 }
 
 Status check_saved_size(const TensorView& saved, const Problem& p) {
@@ -132,99 +145,113 @@ Status check_saved_size(const TensorView& saved, const Problem& p) {
 
 Status forward_workspace_size(Family family, const ForwardInputs& in, const Options& opt,
                               std::size_t* bytes) {
-  Problem p;
-  Status s = detail::resolve_inputs(family, in, opt, &p);
-  if (!s.ok()) return s;
-  p.has_saved = opt.disable_recompute;
-  *bytes = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
-  return Status::Ok();
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_inputs(family, in, opt, &p);
+    if (!s.ok()) return s;
+    p.has_saved = opt.disable_recompute;
+    *bytes = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
+    return Status::Ok();
+  });
 }
 
 Status backward_workspace_size(Family family, const BackwardInputs& in, const Options& opt,
                                std::size_t* bytes) {
-  Problem p;
-  Status s = detail::resolve_inputs(family, in.fwd, opt, &p);
-  if (!s.ok()) return s;
-  p.has_saved = in.saved.present();
-  *bytes = on_cuda(p) ? cuda::backward_workspace_bytes(p) : cpu::backward_workspace_bytes(p);
-  return Status::Ok();
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_inputs(family, in.fwd, opt, &p);
+    if (!s.ok()) return s;
+    p.has_saved = in.saved.present();
+    *bytes = on_cuda(p) ? cuda::backward_workspace_bytes(p) : cpu::backward_workspace_bytes(p);
+    return Status::Ok();
+  });
 }
 
 Status saved_bytes(Family family, const ForwardInputs& in, const Options& opt, std::size_t* bytes) {
-  Problem p;
-  Status s = detail::resolve_inputs(family, in, opt, &p);
-  if (!s.ok()) return s;
-  *bytes = backend_saved_bytes(p);
-  return Status::Ok();
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_inputs(family, in, opt, &p);
+    if (!s.ok()) return s;
+    *bytes = backend_saved_bytes(p);
+    return Status::Ok();
+  });
 }
 
 Status num_chunks(const ForwardInputs& in, int64_t* nt) {
-  Problem p;
-  // The family only matters for gate/beta rules; chunk counts depend on q and cu_seqlens alone,
-  // so validate as simple GLA without gates.
-  ForwardInputs shapes_only;
-  shapes_only.q = in.q;
-  shapes_only.k = in.k;
-  shapes_only.v = in.v;
-  shapes_only.cu_seqlens = in.cu_seqlens;
-  shapes_only.cu_seqlens_host = in.cu_seqlens_host;
-  Status s = detail::resolve_inputs(Family::kSimpleGLA, shapes_only, Options{}, &p);
-  if (!s.ok()) return s;
-  *nt = p.num_chunks;
-  return Status::Ok();
+  return guarded([&]() -> Status {
+    Problem p;
+    // The family only matters for gate/beta rules; chunk counts depend on q and cu_seqlens alone,
+    // so validate as simple GLA without gates.
+    ForwardInputs shapes_only;
+    shapes_only.q = in.q;
+    shapes_only.k = in.k;
+    shapes_only.v = in.v;
+    shapes_only.cu_seqlens = in.cu_seqlens;
+    shapes_only.cu_seqlens_host = in.cu_seqlens_host;
+    Status s = detail::resolve_inputs(Family::kSimpleGLA, shapes_only, Options{}, &p);
+    if (!s.ok()) return s;
+    *nt = p.num_chunks;
+    return Status::Ok();
+  });
 }
 
 Status forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
                const Options& opt, Workspace ws, Stream stream) {
-  Problem p;
-  Status s = detail::resolve_forward(family, in, out, opt, &p);
-  if (!s.ok()) return s;
-  if (!(s = check_cuda_build(p)).ok()) return s;
-  if (out.saved.present() && !(s = check_saved_size(out.saved, p)).ok()) return s;
-  if (on_cuda(p)) {
-    if (!(s = check_workspace(ws, cuda::forward_workspace_bytes(p))).ok()) {
-      if (p.has_saved) s.message += " (with a saved buffer: set Options::disable_recompute for the query)";
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_forward(family, in, out, opt, &p);
+    if (!s.ok()) return s;
+    if (!(s = check_cuda_build(p)).ok()) return s;
+    if (out.saved.present() && !(s = check_saved_size(out.saved, p)).ok()) return s;
+    const std::size_t need = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
+    if (!(s = detail::check_forward_workspace(p, in, out, ws, need)).ok()) {
+      if (p.has_saved && s.code == StatusCode::kWorkspaceTooSmall) {
+        s.message += " (with a saved buffer: set Options::disable_recompute for the query)";
+      }
       return s;
     }
-    return cuda::forward(p, in, out, ws, stream);
-  }
-  if (!(s = check_workspace(ws, cpu::forward_workspace_bytes(p))).ok()) return s;
-  return cpu::forward(p, in, out, ws, stream);
+    if (on_cuda(p)) return cuda::forward(p, in, out, ws, stream);
+    return cpu::forward(p, in, out, ws, stream);
+  });
 }
 
 Status backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
                 const Options& opt, Workspace ws, Stream stream) {
-  Problem p;
-  Status s = detail::resolve_backward(family, in, out, opt, &p);
-  if (!s.ok()) return s;
-  if (!(s = check_cuda_build(p)).ok()) return s;
-  // The CUDA backward checks a saved buffer itself, header first: one written under another backward
-  // form has another size, and the header says which.
-  if (in.saved.present() && !on_cuda(p) && !(s = check_saved_size(in.saved, p)).ok()) return s;
-  if (on_cuda(p)) {
-    if (!(s = check_workspace(ws, cuda::backward_workspace_bytes(p))).ok()) return s;
-    return cuda::backward(p, in, out, ws, stream);
-  }
-  if (!(s = check_workspace(ws, cpu::backward_workspace_bytes(p))).ok()) return s;
-  return cpu::backward(p, in, out, ws, stream);
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_backward(family, in, out, opt, &p);
+    if (!s.ok()) return s;
+    if (!(s = check_cuda_build(p)).ok()) return s;
+    // The CUDA backward checks a saved buffer itself, header first: one written under another backward
+    // form has another size, and the header says which.
+    if (in.saved.present() && !on_cuda(p) && !(s = check_saved_size(in.saved, p)).ok()) return s;
+    const std::size_t need = on_cuda(p) ? cuda::backward_workspace_bytes(p) : cpu::backward_workspace_bytes(p);
+    if (!(s = detail::check_backward_workspace(p, in, out, ws, need)).ok()) return s;
+    if (on_cuda(p)) return cuda::backward(p, in, out, ws, stream);
+    return cpu::backward(p, in, out, ws, stream);
+  });
 }
 
 Status reference_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
                          const Options& opt) {
-  Problem p;
-  Status s = detail::resolve_forward(family, in, out, opt, &p);
-  if (!s.ok()) return s;
-  if (on_cuda(p)) return Status::Unsupported("the float64 reference runs on CPU tensors only");
-  return reference::forward(p, in, out);
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_forward(family, in, out, opt, &p);
+    if (!s.ok()) return s;
+    if (on_cuda(p)) return Status::Unsupported("the float64 reference runs on CPU tensors only");
+    return reference::forward(p, in, out);
+  });
 }
 
 Status reference_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
                           const Options& opt) {
-  Problem p;
-  Status s = detail::resolve_backward(family, in, out, opt, &p);
-  if (!s.ok()) return s;
-  if (on_cuda(p)) return Status::Unsupported("the float64 reference runs on CPU tensors only");
-  return reference::backward(p, in, out);
+  return guarded([&]() -> Status {
+    Problem p;
+    Status s = detail::resolve_backward(family, in, out, opt, &p);
+    if (!s.ok()) return s;
+    if (on_cuda(p)) return Status::Unsupported("the float64 reference runs on CPU tensors only");
+    return reference::backward(p, in, out);
+  });
 }
 
 }  // namespace linattn

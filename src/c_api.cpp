@@ -198,7 +198,7 @@ int linattn_forward(int family, const linattn_forward_inputs* in, const linattn_
     o.h = view(out->h);
     o.saved = view(out->saved);
     return forward(static_cast<Family>(family), inputs(*in), o, options(opt),
-                   Workspace{workspace, workspace_bytes}, stream);
+                   Workspace{workspace, workspace_bytes, std::nullopt}, stream);
   });
 }
 
@@ -219,7 +219,7 @@ int linattn_backward(int family, const linattn_backward_inputs* in, const linatt
     o.ddt_bias = view(out->ddt_bias);
     o.dh0 = view(out->dh0);
     return backward(static_cast<Family>(family), inputs(*in), o, options(opt),
-                    Workspace{workspace, workspace_bytes}, stream);
+                    Workspace{workspace, workspace_bytes, std::nullopt}, stream);
   });
 }
 

@@ -3,15 +3,19 @@
 // against the float64 reference.
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <exception>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/dtype.hpp"
 #include "linattn/linattn.hpp"
@@ -81,6 +85,41 @@ struct Args {
   std::exit(2);
 }
 
+// Checked conversions: the whole string must be a number in range (no trailing characters, no
+// overflow), or the run stops with a message.
+int64_t to_int(const std::string& s, const std::string& what) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end == s.c_str() || *end != '\0') die(what + ": not an integer: '" + s + "'");
+  if (errno == ERANGE) die(what + ": out of range: " + s);
+  return v;
+}
+
+double to_double(const std::string& s, const std::string& what) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || *end != '\0') die(what + ": not a number: '" + s + "'");
+  if (errno == ERANGE || !std::isfinite(v)) die(what + ": out of range or not finite: " + s);
+  return v;
+}
+
+// "0,10,20": every entry a checked integer, no empty entries.
+std::vector<int64_t> to_int_list(const std::string& s, const std::string& what) {
+  std::vector<int64_t> out;
+  if (s.empty()) die(what + ": empty list");
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    out.push_back(to_int(item, what + " entry " + std::to_string(out.size())));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   auto need = [&](int& i) -> std::string {
@@ -88,11 +127,12 @@ Args parse(int argc, char** argv) {
     return argv[++i];
   };
   auto num = [&](int& i) -> int64_t {
-    std::string s = need(i);
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (!end || *end) die("not an integer: " + s);
-    return v;
+    const std::string flag = argv[i];
+    return to_int(need(i), flag);
+  };
+  auto real = [&](int& i) -> double {
+    const std::string flag = argv[i];
+    return to_double(need(i), flag);
   };
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
@@ -120,13 +160,14 @@ Args parse(int argc, char** argv) {
       else if (s == "fp64") a.dtype = DType::kFloat64;
       else die("unknown dtype " + s);
     } else if (f == "--cu-seqlens") {
-      std::stringstream ss(need(i));
-      std::string item;
-      while (std::getline(ss, item, ',')) a.cu.push_back(std::stoll(item));
+      a.cu = to_int_list(need(i), "--cu-seqlens");
     } else if (f == "--num-seqs") a.num_seqs = num(i);
     else if (f == "--l2norm") a.opt.use_qk_l2norm_in_kernel = true;
     else if (f == "--gate-in-kernel") a.gate_in_kernel = a.opt.use_gate_in_kernel = true;
-    else if (f == "--lower-bound") a.opt.lower_bound = std::stof(need(i));
+    else if (f == "--lower-bound") {
+      const double lb = real(i);  // validation refuses values outside [-5, 0); keep the cast defined
+      a.opt.lower_bound = static_cast<float>(std::max(-1e30, std::min(1e30, lb)));
+    }
     else if (f == "--safe-gate") a.opt.safe_gate = true;
     else if (f == "--beta-sigmoid") a.opt.use_beta_sigmoid_in_kernel = true;
     else if (f == "--neg-eigval") a.opt.allow_neg_eigval = true;
@@ -134,7 +175,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--initial-state") a.initial_state = true;
     else if (f == "--final-state") a.final_state = true;
     else if (f == "--g-gamma") a.g_gamma = true;
-    else if (f == "--scale") a.opt.scale = std::stod(need(i));
+    else if (f == "--scale") a.opt.scale = real(i);
     else if (f == "--backward-precision") {
       const std::string s = need(i);
       if (s == "auto") a.opt.backward_precision = BackwardPrecision::kAuto;
@@ -145,7 +186,11 @@ Args parse(int argc, char** argv) {
     }
     else if (f == "--device") a.device = need(i);
     else if (f == "--no-backward") a.backward = false;
-    else if (f == "--repeat") a.repeat = static_cast<int>(std::max<int64_t>(1, num(i)));
+    else if (f == "--repeat") {
+      const int64_t r = num(i);
+      if (r < 1 || r > 1000000) die("--repeat must lie in 1..1000000, got " + std::to_string(r));
+      a.repeat = static_cast<int>(r);
+    }
     else if (f == "--check") a.check = true;
     else if (f == "--seed") a.seed = static_cast<uint64_t>(num(i));
     else die("unknown option " + f);
@@ -154,6 +199,10 @@ Args parse(int argc, char** argv) {
   if (!a.cu.empty()) {
     a.B = 1;
     a.T = a.cu.back();
+  }
+  if (a.num_seqs < 0) die("--num-seqs must be >= 0, got " + std::to_string(a.num_seqs));
+  if (a.num_seqs > 0 && a.cu.empty() && a.num_seqs > std::max<int64_t>(a.T, 1)) {
+    die("--num-seqs " + std::to_string(a.num_seqs) + " exceeds T = " + std::to_string(a.T));
   }
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") die("unknown device " + a.device);
   return a;
@@ -278,10 +327,76 @@ void require(const Status& s, const char* what) {
   if (!s.ok()) die(std::string(what) + " failed: " + s.message);
 }
 
-}  // namespace
+// Runs the library's validation on the requested shapes and options before any buffer exists
+// (shape-only views over a placeholder that validation never reads; the real calls validate again
+// with the real buffers), then refuses a run whose host buffers would not fit in this machine's
+// memory, so that bad or absurd sizes end in a message instead of an abort or the OOM killer.
+void validate_before_allocating(const Args& a) {
+  alignas(64) static unsigned char placeholder[64];
+  const bool delta = a.family == Family::kGDN || a.family == Family::kKDA;
+  const bool vector_gate = a.family == Family::kKDA || a.family == Family::kGLA;
+  const DType gate_dtype = a.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  const DType state_dtype = gate_dtype;
+  // With --num-seqs the offsets are drawn later; validate as one sequence (same shapes but N).
+  std::vector<int64_t> cu = a.cu;
+  if (cu.empty() && a.num_seqs > 0) cu = {0, a.T};
+  const int64_t N = cu.empty() ? a.B : static_cast<int64_t>(cu.size()) - 1;
+  auto view = [&](DType dt, std::initializer_list<int64_t> shape) { return make_view(placeholder, dt, shape); };
+  ForwardInputs in;
+  in.q = view(a.dtype, {a.B, a.T, a.H, a.K});
+  in.k = in.q;
+  in.v = view(a.dtype, {a.B, a.T, a.HV, a.V});
+  if (a.family == Family::kSimpleGLA && a.g_gamma) {
+    in.g_gamma = view(gate_dtype, {a.HV});
+  } else if (vector_gate) {
+    in.g = view(gate_dtype, {a.B, a.T, a.HV, a.K});
+  } else {
+    in.g = view(gate_dtype, {a.B, a.T, a.HV});
+  }
+  if (a.gate_in_kernel) {
+    in.A_log = view(gate_dtype, {a.HV});
+    // dt_bias: [HV * K] for KDA (an overflowing product is refused by the shape rules of q first)
+    int64_t dtn = a.HV;
+    if (a.family == Family::kKDA && __builtin_mul_overflow(a.HV, a.K, &dtn)) dtn = -1;
+    in.dt_bias = view(gate_dtype, {dtn});
+  }
+  if (delta) in.beta = view(a.dtype, {a.B, a.T, a.HV});
+  if (a.initial_state) {
+    in.initial_state = a.opt.state_v_first ? view(state_dtype, {N, a.HV, a.V, a.K})
+                                           : view(state_dtype, {N, a.HV, a.K, a.V});
+  }
+  if (!cu.empty()) in.cu_seqlens = make_view(cu.data(), DType::kInt64, {static_cast<int64_t>(cu.size())});
+  std::size_t fbytes = 0, bbytes = 0;
+  Status s = forward_workspace_size(a.family, in, a.opt, &fbytes);
+  if (!s.ok()) die("invalid arguments: " + s.message);
+  if (a.backward) {
+    BackwardInputs bin;
+    bin.fwd = in;
+    s = backward_workspace_size(a.family, bin, a.opt, &bbytes);
+    if (!s.ok()) die("invalid arguments: " + s.message);
+  }
+  // Host bytes: q, k, v, o, d_o and their gradients, gates, states; the reference (--check)
+  // doubles it. Doubles throughout: the sizes are validated but their sums may be large.
+  const double es = static_cast<double>(dtype_size(a.dtype));
+  const double tok = static_cast<double>(a.B) * static_cast<double>(a.T);
+  const double qk = tok * a.H * a.K * es, vv = tok * a.HV * a.V * es;
+  const double gg = tok * a.HV * (vector_gate ? a.K : 1) * 8.0;
+  const double st = static_cast<double>(N) * a.HV * a.K * a.V * 8.0;
+  double total = 2 * qk + 3 * vv + gg + 2 * st + static_cast<double>(fbytes);
+  if (a.backward) total += 2 * qk + vv + gg + 2 * st + static_cast<double>(bbytes);
+  if (a.check) total *= 2;
+  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (phys > 0 && total > phys) {
+    char msg[256];
+    std::snprintf(msg, sizeof msg, "this run needs about %.1f GiB of host memory; the machine has %.1f GiB",
+                  total / (1 << 30), phys / (1 << 30));
+    die(msg);
+  }
+}
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Args a = parse(argc, argv);
+  validate_before_allocating(a);
   g_cuda = a.device == "cuda" || (a.device == "auto" && cuda_available());
   if (a.device == "cuda" && !cuda_available()) die("--device cuda: no CUDA backend or device");
 
@@ -538,4 +653,16 @@ int main(int argc, char** argv) {
     std::printf("check: %s\n", failures ? "FAILED" : "passed");
   }
   return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    die("out of host memory");
+  } catch (const std::exception& e) {
+    die(std::string("internal error: ") + e.what());
+  }
 }

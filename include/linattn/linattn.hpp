@@ -191,11 +191,20 @@ struct BackwardOutputs {
   TensorView dh0;
 };
 
-// Scratch memory. On CPU it is host memory, on CUDA device memory of the inputs' device.
+// Scratch memory. On CPU it is host memory, on CUDA device memory of the inputs' device. Like
+// every output it must not overlap any input or output of the call (refused otherwise); on CUDA
+// it must start 16-byte aligned. `device`, when set (workspace_from_view sets it), must be the
+// inputs' device; unset, the pointer is taken to be on it.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
+  std::optional<Device> device;
 };
+
+// A Workspace over a tensor view, for bindings that receive the workspace as an array: the view
+// must be a dense 1-D uint8 buffer (non-null when non-empty) on a CPU or CUDA device. The rules
+// that depend on the call (size, alignment, overlap, device) are checked by forward / backward.
+Status workspace_from_view(const TensorView& t, Workspace* ws);
 
 // cudaStream_t for CUDA tensors (nullptr = default stream); ignored on CPU.
 using Stream = void*;

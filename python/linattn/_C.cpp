@@ -116,13 +116,11 @@ linattn::Family to_family(int f) {
   return static_cast<linattn::Family>(f);
 }
 
+// The workspace array through the C++ API's rules (workspace_from_view: a dense 1-D uint8
+// buffer); forward / backward then check its size, device, alignment and overlap.
 linattn::Workspace to_workspace(const OptOut& ws) {
   linattn::Workspace w;
-  if (ws.has_value() && ws->is_valid()) {
-    TensorView t = to_view("workspace", *ws);
-    w.data = t.data;
-    w.bytes = static_cast<std::size_t>(t.numel()) * linattn::dtype_size(t.dtype);
-  }
+  if (ws.has_value() && ws->is_valid()) check(linattn::workspace_from_view(to_view("workspace", *ws), &w));
   return w;
 }
 
@@ -208,7 +206,7 @@ TensorView spec_view(const char* name, const Spec& spec, linattn::Device device)
   const auto& [dtype, shape] = *spec;
   if (shape.size() > static_cast<size_t>(linattn::kMaxDims)) raise(PyExc_ValueError, std::string(name) + ": too many dimensions");
   // Never dereferenced: a non-null placeholder satisfies the pointer check of validation.
-  static unsigned char placeholder[16];
+  alignas(16) static unsigned char placeholder[16];
   t.data = placeholder;
   t.dtype = dtype_from_name(dtype);
   t.ndim = static_cast<int32_t>(shape.size());

@@ -98,7 +98,7 @@ def chunk_fwd(
     initial_state: Optional[Tensor],
     cu_seqlens: Optional[Tensor],
     cu_seqlens_cpu: Optional[Tensor],
-    scale: float,
+    scale: Optional[float],
     use_qk_l2norm_in_kernel: bool,
     use_gate_in_kernel: bool,
     use_beta_sigmoid_in_kernel: bool,
@@ -122,6 +122,9 @@ def chunk_fwd(
     q = inp["q"]
     sdt = _state_dtype(q)
     with _device_guard(q):
+        # The size query validates every input (ValueError naming the argument) before any
+        # shape below is read.
+        nws = _C.forward_workspace_size(family, **inp, options=opt)
         o = torch.empty_like(inp["v"])
         fs = (q.new_empty(_state_shape(q, v, cu_seqlens, state_v_first), dtype=sdt)
               if output_final_state else q.new_empty(0, dtype=sdt))
@@ -134,7 +137,6 @@ def chunk_fwd(
             h = q.new_empty(0, dtype=sdt)
         nsaved = _C.saved_bytes(family, **inp, options=opt) if disable_recompute else 0
         saved = q.new_empty(nsaved, dtype=torch.uint8)
-        nws = _C.forward_workspace_size(family, **inp, options=opt)
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         _C.forward(family, **inp, o=o, final_state=fs if output_final_state else None,
                    h=h if return_intermediate_states else None,
@@ -159,6 +161,18 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                     state_v_first, output_final_state, return_intermediate_states,
                     disable_recompute, backward_precision="auto"):
+    opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
+                   state_v_first, backward_precision)
+    dev = q.device
+    static = _is_static(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state)
+    if static:
+        # The C++ rules on shapes and dtypes (no data is read), so that a bad call fails at
+        # trace time with the ValueError an eager call gives, before any shape below is read.
+        _C.saved_bytes_from_shapes(
+            family, 2 if dev.type == "cuda" else 1, dev.index or 0, _spec(q), _spec(k), _spec(v),
+            _spec(g), _spec(g_gamma), _spec(beta), _spec(A_log), _spec(dt_bias),
+            _spec(initial_state) if cu_seqlens is None else None, opt)
     sdt = _state_dtype(q)
     o = torch.empty_like(v, memory_format=torch.contiguous_format)
     fs = (q.new_empty(_state_shape(q, v, cu_seqlens, state_v_first), dtype=sdt)
@@ -174,14 +188,10 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
         h = q.new_empty(0, dtype=sdt)
     if not disable_recompute:
         nsaved = 0
-    elif varlen or not _is_static(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state):
+    elif varlen or not static:
         # The size depends on the sequence boundaries (or on symbolic shapes).
         nsaved = torch.library.get_ctx().new_dynamic_size()
     else:
-        opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-                       use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
-                       state_v_first, backward_precision)
-        dev = q.device
         nsaved = _C.saved_bytes_from_shapes(
             family, 2 if dev.type == "cuda" else 1, dev.index or 0, _spec(q), _spec(k), _spec(v),
             _spec(g), _spec(g_gamma), _spec(beta), _spec(A_log), _spec(dt_bias),
@@ -208,7 +218,7 @@ def chunk_bwd(
     do: Tensor,
     dht: Optional[Tensor],
     saved: Optional[Tensor],
-    scale: float,
+    scale: Optional[float],
     use_qk_l2norm_in_kernel: bool,
     use_gate_in_kernel: bool,
     use_beta_sigmoid_in_kernel: bool,
@@ -229,12 +239,12 @@ def chunk_bwd(
     if saved is not None and saved.numel() == 0:
         saved = None
     with _device_guard(q):
+        nws = _C.backward_workspace_size(family, **inp, options=opt, saved=_c(saved))  # validates
         grads = {"dq": torch.empty_like(q), "dk": torch.empty_like(inp["k"]),
                  "dv": torch.empty_like(inp["v"])}
         for src, dst in (("g", "dg"), ("g_gamma", "dg_gamma"), ("beta", "dbeta"),
                          ("A_log", "dA_log"), ("dt_bias", "ddt_bias"), ("initial_state", "dh0")):
             grads[dst] = None if inp[src] is None else torch.empty_like(inp[src])
-        nws = _C.backward_workspace_size(family, **inp, options=opt, saved=_c(saved))
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         _C.backward(family, **inp, d_o=_c(do), dht=_c(dht), saved=_c(saved), **grads,
                     options=opt, workspace=ws, stream=_stream(q))
@@ -334,9 +344,6 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if cu_seqlens is not None:
         if cu_seqlens.dtype not in (torch.int32, torch.int64):
             raise ValueError(f"{fn_name}: cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
-        if q.shape[0] != 1:
-            raise ValueError(f"{fn_name}: with cu_seqlens the batch size must be 1 (sequences packed "
-                             f"along T), got q of shape {tuple(q.shape)}")
         if dev.type == "cuda" and cu_seqlens_cpu is None:
             cu_seqlens_cpu = cu_seqlens.cpu()
     if return_intermediate_states and disable_recompute:
@@ -345,20 +352,31 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if backward_precision not in BACKWARD_PRECISIONS:
         raise ValueError(f"{fn_name}: backward_precision must be one of {list(BACKWARD_PRECISIONS)}, "
                          f"got {backward_precision!r}")
-    if q.dim() != 4:
-        raise ValueError(f"{fn_name}: q must be 4-D [B, T, H, K], got shape {tuple(q.shape)}")
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
+    # Shapes, dtypes and values are the C++ core's to check (one set of rules for every
+    # interface): nothing here reads a shape. scale=None is K ** -0.5, resolved there.
+    if scale is not None:
+        scale = _scale_value(fn_name, scale)
 
     o, fs, h, _ = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
-        float(scale), bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
+        scale, bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
         bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(safe_gate),
         None if lower_bound is None else float(lower_bound), bool(state_v_first),
         bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute),
         str(backward_precision))
     return o, (fs if output_final_state else None), (h if return_intermediate_states else None)
+
+
+def _scale_value(fn_name, scale) -> float:
+    if isinstance(scale, Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"{fn_name}: scale must be a number, got a tensor of shape {tuple(scale.shape)}")
+        scale = scale.item()
+    try:
+        return float(scale)
+    except OverflowError:
+        raise ValueError(f"{fn_name}: scale {scale!r} is outside float32's range") from None
 
 
 def _cc(t):

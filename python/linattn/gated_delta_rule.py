@@ -189,6 +189,10 @@ def fused_recurrent_gated_delta_rule(
         raise NotImplementedError(f"{name}: the per-value gate gv is not supported by linattn")
     if g is not None and gk is not None:
         raise NotImplementedError(f"{name}: g and gk together are not supported by linattn; pass one")
+    if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise TypeError(f"{name}: q, k and v must be torch.Tensors")
+    # v.shape[:3] never raises: a v of the wrong rank gets a beta / g of the wrong rank, and the
+    # C++ core's validation then names v (checked before beta and g).
     if beta is None:
         beta = torch.ones(v.shape[:3], dtype=q.dtype, device=q.device)
     family = _GDN

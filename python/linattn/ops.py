@@ -109,17 +109,25 @@ def make_options(
     :data:`BACKWARD_PRECISIONS` (the CUDA backward's compute form).
     """
     return _C.Options(
-        scale=None if scale is None else float(scale),
+        scale=None if scale is None else _finite_float("scale", scale),
         use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
         use_beta_sigmoid_in_kernel=bool(use_beta_sigmoid_in_kernel),
         allow_neg_eigval=bool(allow_neg_eigval),
         use_gate_in_kernel=bool(use_gate_in_kernel),
         safe_gate=bool(safe_gate),
-        lower_bound=None if lower_bound is None else float(lower_bound),
+        lower_bound=None if lower_bound is None else _finite_float("lower_bound", lower_bound),
         state_v_first=bool(state_v_first),
         disable_recompute=bool(disable_recompute),
         backward_precision=backward_precision_enum(backward_precision),
     )
+
+
+def _finite_float(name: str, x) -> float:
+    """float(x), with a value beyond float's range a ValueError (float() raises OverflowError)."""
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name} {x!r} is outside the floating-point range") from None
 
 
 def _arr(x):
@@ -185,15 +193,18 @@ def forward_numpy(family, q, k, v, *, output_final_state: bool = False,
     fam = family_id(family)
     opt, v_first = _split_options(kwargs)
     inp = _inputs(q, k, v, kwargs)
+    opt.disable_recompute = bool(disable_recompute)
+    # The size query validates every input (ValueError naming the argument) before any shape
+    # below is read.
+    nws = _C.forward_workspace_size(fam, **inp, options=opt)
     o = np.empty_like(inp["v"])
     fs = np.empty(_state_shape(inp, v_first), _state_dtype(inp)) if output_final_state else None
     h = np.empty(_h_shape(inp, v_first), _state_dtype(inp)) if return_intermediate_states else None
     saved = None
-    opt.disable_recompute = bool(disable_recompute)
     if disable_recompute:
         n = _C.saved_bytes(fam, **inp, options=opt)
         saved = np.empty(n, np.uint8) if n > 0 else None
-    ws = np.empty(_C.forward_workspace_size(fam, **inp, options=opt), np.uint8)
+    ws = np.empty(nws, np.uint8)
     _C.forward(fam, **inp, o=o, final_state=fs, h=h, saved=saved, options=opt, workspace=ws)
     if disable_recompute:
         return o, fs, h, saved
@@ -221,8 +232,9 @@ def backward_numpy(family, q, k, v, do, *, dht=None, saved=None, **kwargs) -> Di
     fam = family_id(family)
     opt, _ = _split_options(kwargs)
     inp = _inputs(q, k, v, kwargs)
+    nws = _C.backward_workspace_size(fam, **inp, options=opt, saved=_arr(saved))  # validates
     grads = _grad_buffers(fam, inp)
-    ws = np.empty(_C.backward_workspace_size(fam, **inp, options=opt, saved=_arr(saved)), np.uint8)
+    ws = np.empty(nws, np.uint8)
     _C.backward(fam, **inp, d_o=_arr(do), dht=_arr(dht), saved=_arr(saved), **grads,
                 options=opt, workspace=ws)
     return {n: x for n, x in grads.items() if x is not None}
@@ -237,6 +249,7 @@ def reference_forward_numpy(family, q, k, v, *, output_final_state: bool = False
     fam = family_id(family)
     opt, v_first = _split_options(kwargs)
     inp = _to64(_inputs(q, k, v, kwargs))
+    _C.forward_workspace_size(fam, **inp, options=opt)  # validates the inputs before any shape is read
     o = np.empty_like(inp["v"])
     fs = np.empty(_state_shape(inp, v_first), np.float64) if output_final_state else None
     h = np.empty(_h_shape(inp, v_first), np.float64) if return_intermediate_states else None

@@ -100,4 +100,15 @@ Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutp
 Status resolve_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
                         const Options& opt, Problem* p);
 
+// The workspace of a validated call: at least `need` bytes (kWorkspaceTooSmall otherwise),
+// non-null when need > 0, on the inputs' device when its device is known, 16-byte aligned on
+// CUDA, and sharing no byte with any input or output of the call (the backends may use all of
+// ws.bytes, so the whole range is checked).
+Status check_forward_workspace(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
+                               Workspace ws, std::size_t need);
+Status check_backward_workspace(const Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                                Workspace ws, std::size_t need);
+// workspace_from_view's rules (api.cpp exposes it).
+Status workspace_view(const TensorView& t, Workspace* ws);
+
 }  // namespace linattn::detail

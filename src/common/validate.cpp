@@ -1,6 +1,7 @@
 // Input validation shared by every backend: each rule returns a Status naming the argument.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -38,6 +39,23 @@ bool same_device(const Device& a, const Device& b) {
   return a.type == b.type && (a.type == DeviceType::kCPU || a.index == b.index);
 }
 
+#define LINATTN_TRY(expr)            \
+  do {                               \
+    Status _s = (expr);              \
+    if (!_s.ok()) return _s;         \
+  } while (0)
+
+// Every tensor starts at a multiple of its element size (a view at a byte offset inside an
+// element would be read with misaligned loads: undefined behaviour on the CPU, a fault on CUDA).
+Status check_element_aligned(const char* name, const TensorView& t) {
+  const std::size_t es = dtype_size(t.dtype);
+  if (es > 1 && t.data != nullptr && reinterpret_cast<std::uintptr_t>(t.data) % es != 0) {
+    return Status::Invalid(std::string(name) + " starts at an address that is not a multiple of its element size (" +
+                           std::to_string(es) + " bytes for " + dtype_name(t.dtype) + ")");
+  }
+  return Status::Ok();
+}
+
 // Structural checks on one tensor: presence, rank, shape, contiguity, data pointer, device.
 Status check_tensor(const char* name, const TensorView& t, std::initializer_list<int64_t> dims,
                     const Device& device) {
@@ -58,6 +76,7 @@ Status check_tensor(const char* name, const TensorView& t, std::initializer_list
   if (t.numel() > 0 && t.data == nullptr) {
     return Status::Invalid(std::string(name) + " has a null data pointer");
   }
+  LINATTN_TRY(check_element_aligned(name, t));
   if (!same_device(t.device, device)) {
     return Status::Invalid(std::string(name) + " is on a different device than q");
   }
@@ -105,17 +124,12 @@ Status check_same_as(const char* name, const TensorView& t, const char* ref_name
   if (t.numel() > 0 && t.data == nullptr) {
     return Status::Invalid(std::string(name) + " has a null data pointer");
   }
+  LINATTN_TRY(check_element_aligned(name, t));
   if (!same_device(t.device, device)) {
     return Status::Invalid(std::string(name) + " is on a different device than q");
   }
   return Status::Ok();
 }
-
-#define LINATTN_TRY(expr)            \
-  do {                               \
-    Status _s = (expr);              \
-    if (!_s.ok()) return _s;         \
-  } while (0)
 
 // Reads and checks host cu_seqlens values into p->cu.
 Status read_cu_seqlens(const TensorView& cu, const char* name, int64_t T, std::vector<int64_t>* out) {
@@ -126,6 +140,7 @@ Status read_cu_seqlens(const TensorView& cu, const char* name, int64_t T, std::v
   if (cu.shape[0] < 2) return Status::Invalid(std::string(name) + " needs at least 2 entries (one sequence)");
   if (!cu.is_contiguous()) return Status::Invalid(std::string(name) + " must be contiguous");
   if (cu.data == nullptr) return Status::Invalid(std::string(name) + " has a null data pointer");
+  LINATTN_TRY(check_element_aligned(name, cu));
   const int64_t n1 = cu.shape[0];
   out->resize(n1);
   for (int64_t i = 0; i < n1; ++i) {
@@ -187,14 +202,17 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
     return Status::Invalid("head counts must be >= 1: q has H = " + std::to_string(H) + ", v has HV = " +
                            std::to_string(HV));
   }
+  // Head sizes before any stride or contiguity rule (a zero-size dimension makes every stride
+  // valid and would otherwise be reported as a layout problem).
+  if (K < 1) return Status::Invalid("head size K (the last dimension of q) must be >= 1, got " + shape_str(in.q));
+  if (V < 1) return Status::Invalid("head size V (the last dimension of v) must be >= 1, got " + shape_str(in.v));
   // Every size the backends compute (elements and bytes of the largest tensor: q/k, v, a
   // per-channel g, the states and h, at most 8 bytes an element) must fit in int64.
   {
     const int64_t heads = H > HV ? H : HV;
     int64_t width = 0;  // K * max(K, V) >= K, V: covers [.., K], [.., V] and [K, V]
     int64_t n = 0;
-    // (K, V < 1 are refused below with their own message.)
-    if (K >= 1 && V >= 1 && (__builtin_mul_overflow(K, V > K ? V : K, &width) ||
+    if ((__builtin_mul_overflow(K, V > K ? V : K, &width) ||
         __builtin_mul_overflow(B, T, &n) || __builtin_mul_overflow(n, heads, &n) ||
         __builtin_mul_overflow(n, width, &n) || __builtin_mul_overflow(n, int64_t{8}, &n))) {
       return Status::Invalid("the problem is too large: sizes of q " + shape_str(in.q) + " and v " +
@@ -218,8 +236,8 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
                            " must be a multiple of the query/key head count H = " + std::to_string(H));
   }
   p->G = HV / H;
-  if (K < 1 || K > 256) return Status::Unsupported("head size K = " + std::to_string(K) + " is not supported (1..256)");
-  if (V < 1 || V > 256) return Status::Unsupported("head size V = " + std::to_string(V) + " is not supported (1..256)");
+  if (K > 256) return Status::Unsupported("head size K = " + std::to_string(K) + " is not supported (1..256)");
+  if (V > 256) return Status::Unsupported("head size V = " + std::to_string(V) + " is not supported (1..256)");
 
   // ---- sequences
   if (in.cu_seqlens_host.present() && !in.cu_seqlens.present()) {
@@ -250,12 +268,14 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
         return Status::Invalid("with CUDA tensors, cu_seqlens needs its host copy cu_seqlens_host "
                                "(read for validation and chunk indexing without a device sync)");
       }
-      if (in.cu_seqlens.ndim != 1 || in.cu_seqlens.shape[0] != in.cu_seqlens_host.shape[0] ||
+      if (in.cu_seqlens.ndim != 1 || in.cu_seqlens_host.ndim != 1 ||
+          in.cu_seqlens.shape[0] != in.cu_seqlens_host.shape[0] ||
           in.cu_seqlens.dtype != in.cu_seqlens_host.dtype || !in.cu_seqlens.is_contiguous() ||
           in.cu_seqlens.data == nullptr) {
         return Status::Invalid("cu_seqlens must be a contiguous 1-D int32/int64 tensor with the length "
                                "and dtype of cu_seqlens_host");
       }
+      LINATTN_TRY(check_element_aligned("cu_seqlens", in.cu_seqlens));
       LINATTN_TRY(read_cu_seqlens(in.cu_seqlens_host, "cu_seqlens_host", T, &p->cu));
     }
     p->N = static_cast<int64_t>(p->cu.size()) - 1;
@@ -273,8 +293,17 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
 
   // ---- scale
   if (opt.scale.has_value()) {
-    if (!std::isfinite(*opt.scale)) return Status::Invalid("scale must be finite");
-    p->scale = *opt.scale;
+    // Every backend multiplies in float32 (float64 inputs aside): a scale outside float32's
+    // range would overflow to Inf, or (below its normal range) lose its precision.
+    const double sc = *opt.scale;
+    if (!std::isfinite(sc)) return Status::Invalid("scale must be finite, got " + std::to_string(sc));
+    if (std::fabs(sc) > static_cast<double>(std::numeric_limits<float>::max()) ||
+        (sc != 0 && std::fabs(sc) < static_cast<double>(std::numeric_limits<float>::min()))) {
+      std::ostringstream m;
+      m << "scale must be 0 or of a magnitude float32 represents in full precision (1.18e-38 .. 3.4e38), got " << sc;
+      return Status::Invalid(m.str());
+    }
+    p->scale = sc;
   } else {
     p->scale = 1.0 / std::sqrt(static_cast<double>(K));
   }
@@ -430,6 +459,48 @@ Status check_no_alias(std::initializer_list<Named> outputs, std::initializer_lis
   return Status::Ok();
 }
 
+// Whether the byte range [a, a + an) shares a byte with the present, non-empty view b.
+bool overlap_range(const Device& dev, const void* a, std::size_t an, const TensorView& b) {
+  if (a == nullptr || an == 0 || !b.present() || b.numel() <= 0) return false;
+  if (!same_device(dev, b.device)) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a);
+  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+  const auto a1 = a0 + an;
+  const auto b1 = b0 + static_cast<std::uintptr_t>(b.numel()) * dtype_size(b.dtype);
+  return a0 < b1 && b0 < a1;
+}
+
+Status check_workspace(const Problem& p, Workspace ws, std::size_t need,
+                       std::initializer_list<Named> buffers) {
+  if (ws.bytes < need) {
+    return {StatusCode::kWorkspaceTooSmall, "workspace has " + std::to_string(ws.bytes) +
+                                                " bytes, this call needs " + std::to_string(need) +
+                                                " (see *_workspace_size)"};
+  }
+  if (ws.bytes == 0) return Status::Ok();  // nothing will be written
+  if (ws.data == nullptr) {
+    if (need > 0) return Status::Invalid("workspace data pointer is null");
+    return Status::Ok();
+  }
+  if (ws.device.has_value() && !same_device(*ws.device, p.device)) {
+    return Status::Invalid("workspace is on a different device than q");
+  }
+  const auto w0 = reinterpret_cast<std::uintptr_t>(ws.data);
+  if (ws.bytes > std::numeric_limits<std::uintptr_t>::max() - w0) {
+    return Status::Invalid("workspace of " + std::to_string(ws.bytes) + " bytes at this address wraps the address space");
+  }
+  if (p.device.type == DeviceType::kCUDA && w0 % 16 != 0) {
+    return Status::Unsupported("the CUDA kernels need a 16-byte aligned workspace; it starts at a misaligned address");
+  }
+  for (const Named& b : buffers) {
+    if (overlap_range(p.device, ws.data, ws.bytes, *b.t)) {
+      return Status::Invalid(std::string("workspace overlaps ") + b.name +
+                             " in memory; the workspace must not alias any input or output");
+    }
+  }
+  return Status::Ok();
+}
+
 Status check_saved(const char* name, const TensorView& t, const Problem& p) {
   if (t.dtype != DType::kUInt8) return Status::Invalid(std::string(name) + " must be a uint8 buffer");
   if (t.ndim != 1) return Status::Invalid(std::string(name) + " must be 1-D");
@@ -513,6 +584,52 @@ Status resolve_backward(Family family, const BackwardInputs& in, const BackwardO
        {"initial_state", &f.initial_state}, {"cu_seqlens", &f.cu_seqlens},
        {"cu_seqlens_host", &f.cu_seqlens_host}, {"d_o", &in.d_o}, {"dht", &in.dht},
        {"saved", &in.saved}}));
+  return Status::Ok();
+}
+
+Status check_forward_workspace(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
+                               Workspace ws, std::size_t need) {
+  return check_workspace(
+      p, ws, need,
+      {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma},
+       {"beta", &in.beta}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias},
+       {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens},
+       {"cu_seqlens_host", &in.cu_seqlens_host}, {"o", &out.o}, {"final_state", &out.final_state},
+       {"h", &out.h}, {"saved", &out.saved}});
+}
+
+Status check_backward_workspace(const Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                                Workspace ws, std::size_t need) {
+  const ForwardInputs& f = in.fwd;
+  return check_workspace(
+      p, ws, need,
+      {{"q", &f.q}, {"k", &f.k}, {"v", &f.v}, {"g", &f.g}, {"g_gamma", &f.g_gamma},
+       {"beta", &f.beta}, {"A_log", &f.A_log}, {"dt_bias", &f.dt_bias},
+       {"initial_state", &f.initial_state}, {"cu_seqlens", &f.cu_seqlens},
+       {"cu_seqlens_host", &f.cu_seqlens_host}, {"d_o", &in.d_o}, {"dht", &in.dht},
+       {"saved", &in.saved}, {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}, {"dg", &out.dg},
+       {"dg_gamma", &out.dg_gamma}, {"dbeta", &out.dbeta}, {"dA_log", &out.dA_log},
+       {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
+}
+
+Status workspace_view(const TensorView& t, Workspace* ws) {
+  *ws = Workspace{};
+  if (!t.present()) return Status::Ok();
+  if (t.dtype != DType::kUInt8) {
+    return Status::Invalid(std::string("workspace must be a uint8 buffer, got ") + dtype_name(t.dtype));
+  }
+  if (t.ndim != 1) return Status::Invalid("workspace must be 1-D, got " + shape_str(t));
+  if (t.shape[0] < 0) return Status::Invalid("workspace has a negative size");
+  if (!t.is_contiguous()) {
+    return Status::Invalid("workspace must be contiguous (stride 1), got stride " + std::to_string(t.strides[0]));
+  }
+  if (t.shape[0] > 0 && t.data == nullptr) return Status::Invalid("workspace has a null data pointer");
+  if (t.device.type != DeviceType::kCPU && t.device.type != DeviceType::kCUDA) {
+    return Status::Invalid("workspace is on an unsupported device type");
+  }
+  ws->data = t.data;
+  ws->bytes = static_cast<std::size_t>(t.shape[0]);
+  ws->device = t.device;
   return Status::Ok();
 }
 

@@ -1267,6 +1267,189 @@ TEST_P(ValidationFamily, SavedBufferOnOtherDevice) {
   expect_forward_rejected(c, kInvalid, "saved is on a different device than q");
 }
 
+// ================================================================ hardening (issue 19)
+// The workspace: every interface (C++ API, C ABI, Python) reaches these checks through
+// forward / backward. A workspace sharing a byte with any input or output is refused before
+// anything is written (it used to be accepted and silently corrupted q / o).
+TEST_P(ValidationFamily, WorkspaceOverlappingAnInputOrOutputIsRefused) {
+  Call c(GetParam());
+  std::size_t fneed = 0, bneed = 0;
+  ASSERT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &fneed).ok());
+  ASSERT_TRUE(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &bneed).ok());
+  // A workspace that starts inside the tensor (its last byte) and is large enough.
+  auto inside = [](HostTensor& t) { return static_cast<unsigned char*>(t.view.data) + t.bytes.size() - 1; };
+  struct Target {
+    const char* name;
+    HostTensor* t;
+  };
+  for (Target tg : {Target{"q", &c.q}, Target{"v", &c.v}, Target{"g", &c.g}, Target{"initial_state", &c.h0},
+                    Target{"o", &c.o}, Target{"final_state", &c.fs}, Target{"h", &c.h}}) {
+    const std::vector<unsigned char> before = tg.t->bytes;
+    std::vector<unsigned char> big(tg.t->bytes.size() + fneed + 64);
+    std::memcpy(big.data(), tg.t->bytes.data(), tg.t->bytes.size());
+    HostTensor* t = tg.t;
+    void* const orig = t->view.data;
+    // move the tensor's view into `big`, the workspace right after its first byte
+    for (TensorView* v : {&c.fin.q, &c.fin.v, &c.fin.g, &c.fin.initial_state, &c.fout.o, &c.fout.final_state, &c.fout.h}) {
+      if (v->data == orig) v->data = big.data();
+    }
+    Status s = linattn::forward(c.fam, c.fin, c.fout, c.opt, Workspace{big.data() + 1, fneed + 32});
+    expect_status(s, kInvalid, std::string("workspace overlaps ") + tg.name, "forward");
+    expect_nothing_written(c, "forward");
+    EXPECT_EQ(std::memcmp(big.data(), before.data(), before.size()), 0) << tg.name << " was modified";
+    for (TensorView* v : {&c.fin.q, &c.fin.v, &c.fin.g, &c.fin.initial_state, &c.fout.o, &c.fout.final_state, &c.fout.h}) {
+      if (v->data == big.data()) v->data = orig;
+    }
+    (void)inside;
+  }
+  // backward: the workspace ending inside dq, and starting inside d_o
+  for (Target tg : {Target{"dq", &c.dq}, Target{"d_o", &c.d_o}, Target{"dh0", &c.dh0}, Target{"k", &c.k}}) {
+    std::vector<unsigned char> big(tg.t->bytes.size() + bneed + 64);
+    void* const orig = tg.t->view.data;
+    for (TensorView* v : {&c.bout.dq, &c.bin.d_o, &c.bout.dh0, &c.fin.k}) {
+      if (v->data == orig) v->data = big.data() + bneed + 32 - 4;  // ws = [big, big + bneed + 32)
+    }
+    Status s = linattn::backward(c.fam, c.backward_inputs(), c.bout, c.opt, Workspace{big.data(), bneed + 32});
+    expect_status(s, kInvalid, std::string("workspace overlaps ") + tg.name, "backward");
+    expect_nothing_written(c, "backward");
+    for (TensorView* v : {&c.bout.dq, &c.bin.d_o, &c.bout.dh0, &c.fin.k}) {
+      if (v->data == big.data() + bneed + 32 - 4) v->data = orig;
+    }
+  }
+}
+
+TEST_P(ValidationFamily, WorkspaceExactlyAdjacentIsAccepted) {
+  Call c(GetParam());
+  std::size_t need = 0;
+  ASSERT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &need).ok());
+  // o followed directly by the workspace in one allocation: no shared byte, accepted.
+  std::vector<unsigned char> big(c.o.bytes.size() + need + 1);
+  c.fout.o.data = big.data();
+  Status s = linattn::forward(c.fam, c.fin, c.fout, c.opt, Workspace{big.data() + c.o.bytes.size(), need + 1});
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+TEST_P(ValidationFamily, WorkspaceOnOtherDevice) {
+  Call c(GetParam());
+  std::size_t need = 0;
+  ASSERT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &need).ok());
+  std::vector<unsigned char> ws(need + 1);
+  Workspace w{ws.data(), ws.size(), kCudaDevice};
+  expect_status(linattn::forward(c.fam, c.fin, c.fout, c.opt, w), kInvalid, "workspace is on a different device", "forward");
+  expect_nothing_written(c, "forward");
+}
+
+TEST(Validation, WorkspaceFromView) {
+  HostTensor buf(DType::kUInt8, {256});
+  Workspace w;
+  ASSERT_TRUE(workspace_from_view(buf.view, &w).ok());
+  EXPECT_EQ(w.data, buf.view.data);
+  EXPECT_EQ(w.bytes, 256u);
+  ASSERT_TRUE(w.device.has_value());
+  TensorView rev = buf.view;  // NumPy's a[::-1]: data at the last byte, stride -1
+  rev.data = static_cast<unsigned char*>(buf.view.data) + 255;
+  rev.strides[0] = -1;
+  expect_status(workspace_from_view(rev, &w), kInvalid, "workspace must be contiguous", "workspace_from_view");
+  TensorView strided = buf.view;
+  strided.shape[0] = 128;
+  strided.strides[0] = 2;
+  expect_status(workspace_from_view(strided, &w), kInvalid, "workspace must be contiguous", "workspace_from_view");
+  HostTensor f(f32, {64});
+  expect_status(workspace_from_view(f.view, &w), kInvalid, "workspace must be a uint8 buffer", "workspace_from_view");
+  HostTensor two(DType::kUInt8, {16, 16});
+  expect_status(workspace_from_view(two.view, &w), kInvalid, "workspace must be 1-D", "workspace_from_view");
+  TensorView null = buf.view;
+  null.data = nullptr;
+  expect_status(workspace_from_view(null, &w), kInvalid, "null data pointer", "workspace_from_view");
+  EXPECT_TRUE(workspace_from_view(TensorView{}, &w).ok());
+  EXPECT_EQ(w.bytes, 0u);
+}
+
+// A tensor at an address that is not a multiple of its element size (NumPy frombuffer at a byte
+// offset) would be read with misaligned loads: refused.
+TEST_P(ValidationFamily, MisalignedTensors) {
+  for (const char* which : {"q", "v", "g", "initial_state", "o", "final_state", "cu_seqlens"}) {
+    Call c(GetParam(), /*varlen=*/std::string(which) == "cu_seqlens");
+    if (std::string(which) == "cu_seqlens") {
+      c.fin.initial_state = TensorView{};
+      c.fout.final_state = TensorView{};
+      c.bout.dh0 = TensorView{};
+      c.bin.dht = TensorView{};
+    }
+    std::vector<unsigned char> shifted(4096 * 16 + 16);
+    TensorView* v = nullptr;
+    if (std::string(which) == "q") v = &c.fin.q;
+    if (std::string(which) == "v") v = &c.fin.v;
+    if (std::string(which) == "g") v = &c.fin.g;
+    if (std::string(which) == "initial_state") v = &c.fin.initial_state;
+    if (std::string(which) == "o") v = &c.fout.o;
+    if (std::string(which) == "final_state") v = &c.fout.final_state;
+    if (std::string(which) == "cu_seqlens") v = &c.fin.cu_seqlens;
+    const std::size_t n = static_cast<std::size_t>(v->numel()) * dtype_size(v->dtype);
+    ASSERT_LE(n + 2, shifted.size());
+    std::memcpy(shifted.data() + 2, v->data, n);
+    v->data = shifted.data() + 2;
+    const std::string needle = std::string(which) + " starts at an address that is not a multiple of its element size";
+    if (v == &c.fout.o || v == &c.fout.final_state) {
+      expect_forward_rejected(c, kInvalid, needle);
+    } else {
+      expect_input_rejected(c, kInvalid, needle);
+    }
+  }
+}
+
+TEST_P(ValidationFamily, ScaleOutsideFloat32) {
+  for (double sc : {1e39, -1e39, 1e-39, 1e300, -1e-300}) {
+    Call c(GetParam());
+    c.opt.scale = sc;
+    expect_input_rejected(c, kInvalid, "scale must be 0 or of a magnitude float32 represents");
+  }
+  Call c(GetParam());
+  for (double sc : {0.0, -0.5, 3e38, 1.2e-38}) {
+    c.opt.scale = sc;
+    Status s = c.ref_forward();
+    EXPECT_TRUE(s.ok()) << "scale " << sc << ": " << s.message;
+  }
+}
+
+TEST_P(ValidationFamily, ZeroHeadSizeIsAnInvalidShape) {
+  // K = 0 / V = 0: an invalid shape (ValueError in Python), named as such rather than as a layout
+  // problem (a zero-size dimension makes any stride pattern look non-contiguous).
+  {
+    Call c(GetParam());
+    for (TensorView* t : {&c.fin.q, &c.fin.k}) {
+      t->shape[3] = 0;
+      t->strides[0] = t->strides[1] = t->strides[2] = 7;
+    }
+    expect_input_rejected(c, kInvalid, "head size K");
+  }
+  {
+    Call c(GetParam());
+    c.fin.v.shape[3] = 0;
+    c.fin.v.strides[2] = 5;
+    expect_input_rejected(c, kInvalid, "head size V");
+  }
+}
+
+// Sizes no machine can hold (host vectors of B + 1 sequence offsets): a Status, never an
+// exception out of the API.
+TEST(Validation, AbsurdBatchIsAStatusNotAnException) {
+  Call c(Family::kGLA);
+  const int64_t B = int64_t{1} << 50;
+  for (TensorView* t : {&c.fin.q, &c.fin.k, &c.fin.v, &c.fin.g}) {
+    t->shape[0] = B;
+    t->shape[1] = 1;
+    t->shape[2] = 1;
+    t->shape[3] = 1;
+    for (int i = 0; i < t->ndim; ++i) t->strides[i] = 1;
+  }
+  c.fin.initial_state = TensorView{};
+  std::size_t bytes = 0;
+  Status s;
+  EXPECT_NO_THROW(s = forward_workspace_size(c.fam, c.fin, c.opt, &bytes));
+  EXPECT_FALSE(s.ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Validation, ValidationFamily,
                          ::testing::Values(Family::kSimpleGLA, Family::kGLA, Family::kGDN,
                                            Family::kKDA),

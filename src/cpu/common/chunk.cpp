@@ -33,7 +33,7 @@ void decay_products(const T* q, const T* k, const T* gam, int64_t L, int64_t K, 
       for (int64_t j = 0; j < i; ++j) decay_dot2(qi, ki, gi, k + j * K, gam + j * K, K, aq + j, ak + j);
     } else {
       for (int64_t j = 0; j < i; ++j) {
-        const T d = std::exp(gi[0] - gam[j * K]);
+        const T d = decay_exp(gi[0] - gam[j * K]);
         const T* kj = k + j * K;
         aq[j] = dot(qi, kj, K) * d;
         ak[j] = dot(ki, kj, K) * d;

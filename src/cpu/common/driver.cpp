@@ -79,11 +79,16 @@ Status forward_t(const FamilyTraits& tr, const Problem& p, const ForwardInputs& 
 }
 
 // Pushes dg (gradient of the per-channel log decay of one token) through the gate transform:
-// writes d raw g and accumulates the per-head partials.
+// writes d raw g and accumulates the per-head partials. `gate` is the token's gate as the
+// forward used it (after the transform and the floor): a floored gate has gradient 0.
 template <class T>
 void gate_grad(const FamilyTraits& tr, const Problem& p, const BackwardOutputs& out,
-               const HeadParams<T>& hp, const T* graw, T* dg, int64_t tok, int64_t hv, T* part) {
+               const HeadParams<T>& hp, const T* graw, const T* gate, T* dg, int64_t tok,
+               int64_t hv, T* part) {
   const int64_t K = p.K, gw = p.gate_width();
+  for (int64_t c = 0; c < K; ++c) {
+    if (gate[c] <= T(detail::kGateFloor)) dg[c] = 0;
+  }
   T* pddt = part;
   T* pdA = part + gw;
   T* pdgg = part + gw + 1;
@@ -174,7 +179,7 @@ void backward_head_wy(const FamilyTraits& tr, const Problem& p, const BackwardIn
         detail::store_from_double(out.dbeta.data, out.dbeta.dtype, p.beta_offset(tok, hv),
                                   static_cast<double>(db));
       }
-      gate_grad(tr, p, out, hp, ci.graw + i * p.gate_width(), s.dgL + i * K, tok, hv, part);
+      gate_grad(tr, p, out, hp, ci.graw + i * p.gate_width(), ci.g + i * K, s.dgL + i * K, tok, hv, part);
     }
   }
   if (out.dh0.present()) store_state(p, out.dh0, n * p.HV + hv, dSn);
@@ -258,7 +263,7 @@ void backward_task(const FamilyTraits& tr, const Problem& p, const BackwardInput
             detail::store_from_double(out.dbeta.data, out.dbeta.dtype, p.beta_offset(tok, hv),
                                       static_cast<double>(db));
           }
-          gate_grad(tr, p, out, hp, ci.graw + ti * p.gate_width(), s.dg, tok, hv, part);
+          gate_grad(tr, p, out, hp, ci.graw + ti * p.gate_width(), ci.g + ti * K, s.dg, tok, hv, part);
         }
       }
     }

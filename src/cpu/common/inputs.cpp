@@ -21,6 +21,12 @@ HeadParams<T> load_head_params(const Problem& p, const ForwardInputs& in, int64_
   return hp;
 }
 
+// The gate floor of transforms.hpp (kGateFloor): NaN passes through.
+template <class T>
+inline T floor_gate(T g) {
+  return g < T(detail::kGateFloor) ? T(detail::kGateFloor) : g;
+}
+
 template <class T>
 void load_chunk(const Problem& p, const ForwardInputs& in, const HeadParams<T>& hp, int64_t n,
                 int64_t hv, int64_t t0, int64_t L, bool with_raw, const ChunkIn<T>& c) {
@@ -44,14 +50,14 @@ void load_chunk(const Problem& p, const ForwardInputs& in, const HeadParams<T>& 
       T* raw = with_raw ? c.graw + i * K : g;
       detail::load_row(in.g.data, in.g.dtype, p.g_offset(tok, hv), K, raw);
       for (int64_t j = 0; j < K; ++j) {
-        g[j] = p.gate_tf.forward(raw[j], hp.dt_bias[j], hp.a_log, p.has_A_log);
+        g[j] = floor_gate(p.gate_tf.forward(raw[j], hp.dt_bias[j], hp.a_log, p.has_A_log));
       }
     } else {
       T raw = 0;
       if (p.has_g) raw = static_cast<T>(detail::load_as_double(in.g.data, in.g.dtype, p.g_offset(tok, hv)));
       if (with_raw) c.graw[i] = raw;
       T gs = p.has_g ? p.gate_tf.forward(raw, hp.dt_bias[0], hp.a_log, p.has_A_log) : T(0);
-      gs += hp.g_gamma;
+      gs = floor_gate(gs + hp.g_gamma);
       for (int64_t j = 0; j < K; ++j) g[j] = gs;
     }
 

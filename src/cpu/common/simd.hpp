@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include "common/transforms.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -113,9 +114,12 @@ inline void add_rows(const T* a, const T* M, int64_t nr, int64_t ld, T* y, int64
 #ifdef LINATTN_CPU_AVX2
 // exp for 8 floats: x = n ln2 + r (Cody-Waite split of ln2), |r| <= ln2/2, exp(r) by its
 // degree-7 Taylor polynomial (relative error < 1e-8 before rounding), times 2^n built in the
-// exponent bits. Inputs are clamped to [-87.3, 88.3] (exp(-87.3) ~ 1e-38 stands in for 0).
-inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+// exponent bits. Inputs are clamped to [-87.3, 88.3] for the polynomial; below -87.3 (float32's
+// normal range ends at exp(-87.34)) the result is exactly 0, so that a forgotten state (a gate at
+// the floor, or -inf) contributes exactly nothing. NaN stays NaN.
+inline __m256 exp8(__m256 x0) {
+  // min/max return their second operand when one is NaN: x0 first keeps NaN.
+  const __m256 x = _mm256_max_ps(_mm256_set1_ps(-87.3f), _mm256_min_ps(_mm256_set1_ps(88.3f), x0));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -130,7 +134,8 @@ inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  const __m256 keep = _mm256_cmp_ps(x0, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ);  // x0 >= -87.3 or NaN
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
 }
 
 inline float hsum8(__m256 v) {
@@ -141,17 +146,25 @@ inline float hsum8(__m256 v) {
 }
 #endif
 
-// y[i] = exp(x[i])
+// exp of a log decay (a gate, a sum or a difference of gates): exactly 0 at or below
+// kDecayFlush (transforms.hpp), where the decay is a full forget, so that the forgotten state and
+// tokens contribute exactly nothing (not exp(-110) of themselves); NaN stays NaN.
+template <class T>
+inline T decay_exp(T x) {
+  return x <= T(detail::kDecayFlush) ? T(0) : std::exp(x);
+}
+
+// y[i] = decay_exp(x[i])
 template <class T>
 inline void exp_array(const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = decay_exp(x[i]);
 }
 #ifdef LINATTN_CPU_AVX2
 template <>
 inline void exp_array<float>(const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) y[i] = std::exp(x[i]);
+  for (; i < n; ++i) y[i] = decay_exp(x[i]);
 }
 #endif
 
@@ -163,7 +176,7 @@ inline void decay_dot2(const T* qi, const T* ki, const T* gi, const T* kj, const
                        T* qk, T* kk) {
   T aq = 0, ak = 0;
   for (int64_t c = 0; c < K; ++c) {
-    const T kd = kj[c] * std::exp(gi[c] - gj[c]);
+    const T kd = kj[c] * decay_exp(gi[c] - gj[c]);
     aq += qi[c] * kd;
     ak += ki[c] * kd;
   }
@@ -184,7 +197,7 @@ inline void decay_dot2<float>(const float* qi, const float* ki, const float* gi,
   }
   float sq = hsum8(aq), sk = hsum8(ak);
   for (; c < K; ++c) {
-    const float kd = kj[c] * std::exp(gi[c] - gj[c]);
+    const float kd = kj[c] * decay_exp(gi[c] - gj[c]);
     sq += qi[c] * kd;
     sk += ki[c] * kd;
   }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda/common/chunk_bwd.cuh"
+#include "cuda/common/gate.cuh"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/mma.cuh"
 #include "cuda/config/backward_form.hpp"
@@ -46,22 +47,34 @@ struct GateArgs {
   int dtb_dt;
 };
 
-__device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
+// The gate transform before the floor (gate.cuh: no inf * 0 when exp(A_log) overflows).
+__device__ __forceinline__ float gate_fwd_raw(const GateArgs& ga, float raw, float dtb, float alog) {
   const float x = raw + dtb;
   switch (ga.kind) {
-    case 1: return -expf(alog) * softplus(x);
-    case 2: return ga.lower_bound * sigm(ga.has_alog ? expf(alog) * x : x);
+    case 1: return gate::neg_exp_softplus(alog, expf(alog), x, softplus(x));
+    case 2: return ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, expf(alog), x) : x);
     default: return raw;
   }
 }
-// dL/draw given dL/dg; *da += dL/dA_log.
+// The gate as the forward uses it: transformed, then floored (a full forget, never NaN).
+__device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
+  return gate::floor_gate(gate_fwd_raw(ga, raw, dtb, alog));
+}
+// dL/draw given dL/dg; *da += dL/dA_log. A floored gate (or a zero dg) has gradient exactly 0,
+// whatever overflowing factors the transform's derivative holds.
 __device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da) {
   const float x = raw + dtb;
+  const float g = gate_fwd_raw(ga, raw, dtb, alog);
+  if (g <= gate::kFloor || dg == 0.f) return 0.f;
   switch (ga.kind) {
     case 1: {
-      const float ea = expf(alog);
-      *da += dg * (-ea * softplus(x));
-      return dg * (-ea * sigm(x));
+      const float ea = expf(alog), sp = softplus(x);
+      if (isfinite(ea) && ea > 0.f && isfinite(sp)) {
+        *da += dg * (-ea * sp);
+        return dg * (-ea * sigm(x));
+      }
+      *da += dg * g;  // dg/dA_log = g
+      return dg * -expf(alog + gate::log_sigmoid(x));
     }
     case 2: {
       if (!ga.has_alog) {
@@ -69,9 +82,12 @@ __device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float d
         return dg * ga.lower_bound * s * (1.f - s);
       }
       const float ea = expf(alog);
-      const float s = sigm(ea * x);
-      const float ds = dg * ga.lower_bound * s * (1.f - s);
-      *da += ds * ea * x;
+      const float z = gate::exp_times(alog, ea, x);
+      const float s = sigm(z);
+      const float sd = s * (1.f - s);
+      if (sd == 0.f) return 0.f;  // saturated: the exact derivative underflows too
+      const float ds = dg * ga.lower_bound * sd;
+      *da += ds * z;  // dz/dA_log = z
       return ds * ea;
     }
     default: return dg;

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "cuda/common/chunk_bwd.cuh"
+#include "cuda/common/gate.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/config/heuristics.hpp"
@@ -526,11 +527,15 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
 
   // ---- 0. β, l2 norms (over all K), the gate transform
   const WyGate& ga = p.gate;
-  const float ea = (ga.kind != 0 && ga.has_alog) ? expf(load_any(ga.A_log, ga.alog_dt, hv)) : 1.f;
+  const float alog = (ga.kind != 0 && ga.has_alog) ? load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
+  const float ea = (ga.kind != 0 && ga.has_alog) ? expf(alog) : 1.f;
+  // As the forward's (chunk_prep.cuh): the transform without inf * 0, then the gate floor.
   auto gate_tf = [&](float raw, float dtb) -> float {
-    if (ga.kind == 1) return -ea * softplus(raw + dtb);
-    if (ga.kind == 2) return ga.lower_bound * sigm(ga.has_alog ? ea * (raw + dtb) : raw + dtb);
-    return raw;
+    if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, softplus(raw + dtb)));
+    if (ga.kind == 2) {
+      return gate::floor_gate(ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
+    }
+    return gate::floor_gate(raw);
   };
   const bool use_dtb = ga.kind != 0 && ga.has_dtb;
   if (tid < kC) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/gate.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/config/limits.hpp"
 
@@ -154,13 +155,17 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
   const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
   const float ea = expf(alog);
+  // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
   auto gate_tf = [&](float raw, float dtb) -> float {
-    if (p.gate_kind == 1) return -ea * (kIs16<T> ? softplus_fast(raw + dtb) : softplusf_(raw + dtb));
-    if (p.gate_kind == 2) {
-      const float z = p.has_alog ? ea * (raw + dtb) : raw + dtb;
-      return p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z));
+    if (p.gate_kind == 1) {
+      const float x = raw + dtb;
+      return gate::floor_gate(gate::neg_exp_softplus(alog, ea, x, kIs16<T> ? softplus_fast(x) : softplusf_(x)));
     }
-    return raw;
+    if (p.gate_kind == 2) {
+      const float z = p.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb;
+      return gate::floor_gate(p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z)));
+    }
+    return gate::floor_gate(raw);
   };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On the GPU machine: the four compute-sanitizer tools over the GPU suite's small cases
+# (build-gpu/linattn_cuda_tests, tests whose names contain "Small": the forward, the backward,
+# the bad-input and gate-semantics cases of tests/cuda/test_cuda_bad_input.cpp), one call, each
+# tool under its own time limit so that the whole run fits in about 5 minutes after the build:
+#   memcheck   (out-of-bounds / misaligned accesses, leaks)       LINATTN_SAN_MEMCHECK_S  (default 110)
+#   racecheck  (shared-memory hazards; a subset, as gpu_check.sh) LINATTN_SAN_RACECHECK_S (default 90)
+#   synccheck  (illegal __syncthreads / warp-sync use)            LINATTN_SAN_SYNCCHECK_S (default 40)
+#   initcheck  (reads of uninitialised device global memory)      LINATTN_SAN_INITCHECK_S (default 60)
+# Builds first (scripts/gpu_setup.sh, incremental; --no-build skips it). Logs go to $OUT (or
+# ./gpu-logs): sanitize_<tool>.log, and sanitize_summary.txt with one line per tool: clean, ERRORS
+# (the exit status is then non-zero) or TIMEOUT (the tool ran out of its budget: partial log).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-logs}
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+t0=$SECONDS
+if [ "${1:-}" != "--no-build" ]; then
+  echo "== build ($((SECONDS - t0)) s)"
+  bash scripts/gpu_setup.sh >"$out/sanitize_build.log" 2>&1 || { tail -30 "$out/sanitize_build.log"; exit 1; }
+fi
+bin=./build-gpu/linattn_cuda_tests
+[ -x "$bin" ] || { echo "no $bin"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/sanitize_device.txt" 2>&1
+compute-sanitizer --version >>"$out/sanitize_device.txt" 2>&1
+
+small='*Small*'
+# racecheck is the slowest tool: the forward's small cases, four backward ones (every backward
+# kernel and the disable_recompute forward run in them) and the bad-input cases' mismatched
+# device cu_seqlens.
+race='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute:CudaBadInput.SmallDeviceCuSeqlensDisagreesWithHostCopy'
+status=0
+: >"$out/sanitize_summary.txt"
+run_tool() {  # tool seconds filter [extra compute-sanitizer options...]
+  local tool=$1 secs=$2 filter=$3
+  shift 3
+  echo "== $tool, ${secs} s budget ($((SECONDS - t0)) s)"
+  timeout --signal=INT --kill-after=15 "$secs" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    --print-limit 50 "$@" "$bin" --gtest_filter="$filter" >"$out/sanitize_$tool.log" 2>&1
+  local rc=$? verdict
+  case $rc in
+    0) verdict=clean ;;
+    124|130|137) verdict="TIMEOUT after ${secs} s (partial log)" ;;
+    3) verdict=ERRORS; status=1 ;;
+    *) verdict="FAILED (exit $rc: a test failed or the tool did not run)"; status=1 ;;
+  esac
+  grep -E "ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | tail -n 2
+  grep -E "^\[  (PASSED|FAILED) " "$out/sanitize_$tool.log" | tail -n 2
+  echo "$tool: $verdict" | tee -a "$out/sanitize_summary.txt"
+}
+run_tool memcheck "${LINATTN_SAN_MEMCHECK_S:-110}" "$small" --leak-check full
+run_tool racecheck "${LINATTN_SAN_RACECHECK_S:-90}" "$race"
+run_tool synccheck "${LINATTN_SAN_SYNCCHECK_S:-40}" "$small"
+run_tool initcheck "${LINATTN_SAN_INITCHECK_S:-60}" "$small"
+echo "== done in $((SECONDS - t0)) s: status $status"
+exit $status

@@ -53,10 +53,7 @@ void check_against_reference(const Config& c, const Data& d, const std::string& 
   expect_close("final_state", got.final_state, ref.final_state, tol, ctx);
   const BwdResult rb = run_backward(c, d.as_f64(), /*reference=*/true);
   for (bool wy : {true, false}) {
-    const bool prev = linattn::cpu::wy_backward();
-    linattn::cpu::set_wy_backward(wy);
-    const BwdResult gb = run_backward(c, d, /*reference=*/false);
-    linattn::cpu::set_wy_backward(prev);
+    const BwdResult gb = run_backward(c, d, /*reference=*/false, /*saved=*/nullptr, /*token_replay=*/!wy);
     const std::string cx = ctx + (wy ? " (WY backward)" : " (token backward)");
     expect_close("dq", gb.dq, rb.dq, tol, cx);
     expect_close("dk", gb.dk, rb.dk, tol, cx);

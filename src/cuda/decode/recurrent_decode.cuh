@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/gate.cuh"
+
 namespace linattn::cuda::recurrent {
 
 constexpr int kThreads = 128;
@@ -151,12 +153,16 @@ __device__ __forceinline__ float log_decay_from(const Params& p, float raw, int 
       lg = raw;
     } else {
       const float x = raw + (p.has_dtb ? ld_any(p.dt_bias, p.dtb_dt, p.vector_gate ? (long long)hv * p.K + c : hv) : 0.f);
+      // the limits of the formulas when exp(A_log) over- or underflows (gate.cuh): no inf * 0
       if (p.gate_kind == 1) {
-        const float sp = softplusf_(x);
-        // exp(A_log) may overflow to inf; a zero softplus then means no decay, not inf * 0.
-        lg = sp > 0.f ? -expf(ld_any(p.A_log, p.alog_dt, hv)) * sp : 0.f;
+        const float alog = ld_any(p.A_log, p.alog_dt, hv);
+        lg = gate::neg_exp_softplus(alog, expf(alog), x, softplusf_(x));
       } else {
-        const float z = p.has_alog ? expf(ld_any(p.A_log, p.alog_dt, hv)) * x : x;
+        float z = x;
+        if (p.has_alog) {
+          const float alog = ld_any(p.A_log, p.alog_dt, hv);
+          z = gate::exp_times(alog, expf(alog), x);
+        }
         lg = p.lower_bound * sigmoidf_(z);
       }
     }

@@ -341,10 +341,13 @@ void check_against_reference(Problem& p, const std::string& ctx) {
   s = p.backward({bws.p, bws.n});
   ASSERT_TRUE(s.ok()) << s.message;
   // reference
+  // the reference in float64 throughout (its gradients take their inputs' dtypes)
   HostTensor q = to_f64(p.q), k = to_f64(p.k), v = to_f64(p.v), beta = to_f64(p.beta), d_o = to_f64(p.d_o);
+  HostTensor g64 = p.g.as(DType::kFloat64), h064 = to_f64(p.h0);
+  HostTensor a64 = p.A_log.present() ? p.A_log.as(DType::kFloat64) : HostTensor();
   ForwardInputs in;
-  in.q = q.view; in.k = k.view; in.v = v.view; in.beta = beta.view; in.g = p.g.view;
-  in.A_log = p.A_log.view; in.initial_state = p.h0.view; in.cu_seqlens = p.cu.view;
+  in.q = q.view; in.k = k.view; in.v = v.view; in.beta = beta.view; in.g = g64.view;
+  in.A_log = a64.view; in.initial_state = h064.view; in.cu_seqlens = p.cu.view;
   HostTensor ro(DType::kFloat64, {p.B, p.T, p.HV, p.V}), rfs = to_f64(p.h0);
   ForwardOutputs out;
   out.o = ro.view;
@@ -353,7 +356,8 @@ void check_against_reference(Problem& p, const std::string& ctx) {
   BackwardInputs bi;
   bi.fwd = in;
   bi.d_o = d_o.view;
-  bi.dht = p.dht.view;
+  HostTensor dht64 = to_f64(p.dht);
+  bi.dht = dht64.view;
   HostTensor rdq = to_f64(p.q), rdk = to_f64(p.k), rdv = to_f64(p.v), rdg = p.g.as(DType::kFloat64),
              rdb = to_f64(p.beta), rdh0 = to_f64(p.h0), rda = p.A_log.present() ? p.A_log.as(DType::kFloat64) : HostTensor();
   BackwardOutputs bo;

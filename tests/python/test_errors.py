@@ -83,9 +83,9 @@ def test_unknown_kwargs_raise_type_error(kda):
     with pytest.raises(TypeError, match="bogus"):
         run(kda, bogus=1)
     t, _ = make_inputs("simple_gla", B=1, T=8, K=8, V=8)
-    with pytest.raises(TypeError, match="ssm_state_indices"):
+    with pytest.raises(TypeError, match="ssm_state_index"):
         linattn.fused_recurrent_kda(kda["q"], kda["k"], kda["v"], kda["g"], kda["beta"],
-                                    ssm_state_indices=torch.zeros(1))
+                                    ssm_state_index=torch.zeros(1))
     with pytest.raises(TypeError):
         linattn.chunk_gla(t["q"], t["k"], t["v"], torch.zeros(1, 8, 2, 8), bogus=True)
 

@@ -30,7 +30,7 @@ small='*Small*'
 # racecheck is the slowest tool: the forward's small cases, four backward ones (every backward
 # kernel and the disable_recompute forward run in them) and the bad-input cases' mismatched
 # device cu_seqlens.
-race='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute:CudaBadInput.SmallDeviceCuSeqlensDisagreesWithHostCopy'
+race='CudaDecode.SmallMatchesFloat64:CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute:CudaBadInput.SmallDeviceCuSeqlensDisagreesWithHostCopy'
 status=0
 : >"$out/sanitize_summary.txt"
 run_tool() {  # tool seconds filter [extra compute-sanitizer options...]

@@ -259,6 +259,7 @@ TEST(CudaBadInput, SmallWorkspaceOverlappingAnInputOrOutput) {
     const std::size_t need = p.fwd_ws();
     // q inside a large allocation whose tail is the workspace, starting 16 bytes into q
     DevBuf big(p.q.bytes.size() + need + 64);
+    cudaMemset(big.p, kSentinel, big.n);  // every byte defined: the comparison below reads them all
     cudaMemcpy(big.p, p.q.bytes.data(), p.q.bytes.size(), cudaMemcpyHostToDevice);
     const TensorView q = p.fin.q;
     p.fin.q.data = big.p;

@@ -399,6 +399,18 @@ TEST(CudaGateSemantics, SmallNegativeInfinityIsAFullForget) {
   }
 }
 
+// safe_gate promises g in [L, 0); a -inf gate breaks the promise, and the floor still makes it a
+// full forget (the block holding it takes the exact path).
+TEST(CudaGateSemantics, SmallSafeGateWithNegativeInfinity) {
+  SKIP_WITHOUT_GPU();
+  Problem p(Family::kKDA, DType::kBFloat16);
+  p.opt.safe_gate = true;
+  p.opt.lower_bound = -5.0f;
+  fill_uniform(p.g, -5.0, -1e-3);
+  for (int64_t t : {0, 17, 64, 100}) set_gate(p, t, -std::numeric_limits<double>::infinity());
+  check_against_reference(p, "KDA safe_gate, L = -5, -inf gates");
+}
+
 TEST(CudaGateSemantics, SmallHugeFiniteNegativeGates) {
   SKIP_WITHOUT_GPU();
   for (Family f : kFamilies) {

@@ -366,6 +366,31 @@ void validate_before_allocating(const Args& a) {
                                            : view(state_dtype, {N, a.HV, a.K, a.V});
   }
   if (!cu.empty()) in.cu_seqlens = make_view(cu.data(), DType::kInt64, {static_cast<int64_t>(cu.size())});
+  // Host bytes: q, k, v, o, d_o and their gradients, gates, states; the reference (--check)
+  // doubles it. Doubles throughout: the sizes may be anything here. Estimated once before the
+  // library's validation (which allocates the sequence offsets: N + 1 of them) and once after,
+  // with the workspaces.
+  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  auto host_bytes = [&](double fws, double bws) {
+    const double es = static_cast<double>(dtype_size(a.dtype));
+    const double tok = static_cast<double>(a.B) * static_cast<double>(a.T);
+    const double qk = tok * static_cast<double>(a.H) * static_cast<double>(a.K) * es;
+    const double vv = tok * static_cast<double>(a.HV) * static_cast<double>(a.V) * es;
+    const double gg = tok * static_cast<double>(a.HV) * static_cast<double>(vector_gate ? a.K : 1) * 8.0;
+    const double st = static_cast<double>(N) * static_cast<double>(a.HV) * static_cast<double>(a.K) * static_cast<double>(a.V) * 8.0;
+    double total = 2 * qk + 3 * vv + gg + 2 * st + fws + static_cast<double>(N + 1) * 16.0;
+    if (a.backward) total += 2 * qk + vv + gg + 2 * st + bws;
+    return a.check ? 2 * total : total;
+  };
+  auto refuse_if_too_large = [&](double total) {
+    if (phys > 0 && std::fabs(total) > phys) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "this run needs about %.1f GiB of host memory; the machine has %.1f GiB",
+                    std::fabs(total) / (1 << 30), phys / (1 << 30));
+      die(msg);
+    }
+  };
+  if (a.B >= 1 && a.T >= 1 && a.H >= 1 && a.HV >= 1 && a.K >= 1 && a.V >= 1) refuse_if_too_large(host_bytes(0, 0));
   std::size_t fbytes = 0, bbytes = 0;
   Status s = forward_workspace_size(a.family, in, a.opt, &fbytes);
   if (!s.ok()) die("invalid arguments: " + s.message);
@@ -375,23 +400,7 @@ void validate_before_allocating(const Args& a) {
     s = backward_workspace_size(a.family, bin, a.opt, &bbytes);
     if (!s.ok()) die("invalid arguments: " + s.message);
   }
-  // Host bytes: q, k, v, o, d_o and their gradients, gates, states; the reference (--check)
-  // doubles it. Doubles throughout: the sizes are validated but their sums may be large.
-  const double es = static_cast<double>(dtype_size(a.dtype));
-  const double tok = static_cast<double>(a.B) * static_cast<double>(a.T);
-  const double qk = tok * a.H * a.K * es, vv = tok * a.HV * a.V * es;
-  const double gg = tok * a.HV * (vector_gate ? a.K : 1) * 8.0;
-  const double st = static_cast<double>(N) * a.HV * a.K * a.V * 8.0;
-  double total = 2 * qk + 3 * vv + gg + 2 * st + static_cast<double>(fbytes);
-  if (a.backward) total += 2 * qk + vv + gg + 2 * st + static_cast<double>(bbytes);
-  if (a.check) total *= 2;
-  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (phys > 0 && total > phys) {
-    char msg[256];
-    std::snprintf(msg, sizeof msg, "this run needs about %.1f GiB of host memory; the machine has %.1f GiB",
-                  total / (1 << 30), phys / (1 << 30));
-    die(msg);
-  }
+  refuse_if_too_large(host_bytes(static_cast<double>(fbytes), static_cast<double>(bbytes)));
 }
 
 int run(int argc, char** argv) {

@@ -376,7 +376,7 @@ def _scale_value(fn_name, scale) -> float:
     try:
         return float(scale)
     except OverflowError:
-        raise ValueError(f"{fn_name}: scale {scale!r} is outside float32's range") from None
+        raise ValueError(f"{fn_name}: scale is outside the floating-point range (a {type(scale).__name__} too large for a float)") from None
 
 
 def _cc(t):

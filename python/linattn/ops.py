@@ -127,11 +127,16 @@ def _finite_float(name: str, x) -> float:
     try:
         return float(x)
     except OverflowError:
-        raise ValueError(f"{name} {x!r} is outside the floating-point range") from None
+        raise ValueError(f"{name} is outside the floating-point range (a {type(x).__name__} too large for a float)") from None
 
 
 def _arr(x):
-    return None if x is None else np.ascontiguousarray(x)
+    if x is None:
+        return None
+    x = np.ascontiguousarray(x)
+    if not x.dtype.isnative:  # e.g. big-endian '>f4': DLPack carries native byte order only
+        x = x.astype(x.dtype.newbyteorder("="))
+    return x
 
 
 def _inputs(q, k, v, tensors: Dict[str, Any]) -> Dict[str, Any]:

@@ -35,7 +35,8 @@ check "out of range" --T 99999999999999999999
 check "not an integer" --T 12abc
 check "GiB of host memory" --T 100000000000
 check "GiB of host memory" --T 1000000000
-check "too large" --B 100000000000000 --T 1 --H 1 --K 1 --V 1
+check "GiB of host memory" --B 100000000000000 --T 1 --H 1 --K 1 --V 1
+check "B >= 1 and T >= 1" --T -100000000000
 check "head counts" --H 0
 check "head size K" --K 0
 check "not supported" --K 300

@@ -144,3 +144,49 @@ TEST(CApi, ErrorsCarryCodeAndMessageAndWriteNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 19: the C ABI's workspace is a raw pointer and size; the shared validation refuses one
+// that overlaps an input or an output (it used to be accepted and silently corrupted q / o), and
+// a short or null one, before anything is written.
+TEST(CApi, WorkspaceOverlappingAnInputOrOutputIsRefused) {
+  Case c;
+  linattn_options opt = linattn_default_options();
+  size_t need = 0;
+  char err[512] = {0};
+  linattn_forward_inputs in = c.c_in();
+  ASSERT_EQ(linattn_forward_workspace_size(LINATTN_KDA, &in, &opt, &need, err, sizeof err), LINATTN_OK) << err;
+  ASSERT_GT(need, 0u);
+  for (const char* where : {"q", "o"}) {
+    // one allocation holding the tensor and, from 8 bytes in, the workspace
+    HostTensor& t = std::string(where) == "q" ? c.q : c.o;
+    std::vector<unsigned char> big(t.bytes.size() + need + 64, 0x5A);
+    std::memcpy(big.data(), t.bytes.data(), t.bytes.size());
+    const std::vector<unsigned char> before = big;
+    linattn_forward_inputs fin = c.c_in();
+    linattn_forward_outputs out;
+    linattn_forward_outputs_init(&out);
+    std::vector<unsigned char> o_other(c.o.bytes.size(), 0x5A);
+    out.o = c_view(c.o.view);
+    out.o.data = o_other.data();
+    if (std::string(where) == "q") fin.q.data = big.data();
+    else out.o.data = big.data();
+    const int rc = linattn_forward(LINATTN_KDA, &fin, &out, &opt, big.data() + 8, big.size() - 8, nullptr, err, sizeof err);
+    EXPECT_EQ(rc, LINATTN_INVALID_ARGUMENT) << where;
+    EXPECT_NE(std::string(err).find(std::string("workspace overlaps ") + where), std::string::npos) << err;
+    EXPECT_EQ(big, before) << where << "'s allocation was written";
+    for (unsigned char b : o_other) ASSERT_EQ(b, 0x5A) << "o was written";
+  }
+  // short and null workspaces
+  linattn_forward_outputs out;
+  linattn_forward_outputs_init(&out);
+  out.o = c_view(c.o.view);
+  std::vector<unsigned char> ws(need);
+  EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, ws.data(), need - 1, nullptr, err, sizeof err),
+            LINATTN_WORKSPACE_TOO_SMALL);
+  EXPECT_EQ(linattn_forward(LINATTN_KDA, &in, &out, &opt, nullptr, need, nullptr, err, sizeof err),
+            LINATTN_INVALID_ARGUMENT);
+}
+
+}  // namespace

@@ -268,8 +268,9 @@ TEST(CudaBadInput, SmallWorkspaceOverlappingAnInputOrOutput) {
     EXPECT_EQ(read_back(big.p, big.n), before) << "q's allocation was modified";
     p.expect_outputs_untouched("forward");
     p.fin.q = q;
-    // the workspace over the output o
-    expect_refused(p.forward({p.fout.o.data, need}), StatusCode::kInvalidArgument, "workspace overlaps o", "forward");
+    // the workspace starting at the output o (its range may also cover allocations made after o:
+    // the message names the first tensor it overlaps)
+    expect_refused(p.forward({p.fout.o.data, need}), StatusCode::kInvalidArgument, "workspace overlaps", "forward");
     p.expect_outputs_untouched("forward");
     // backward: the workspace over d_o
     const std::size_t bneed = p.bwd_ws();
@@ -401,6 +402,18 @@ TEST(CudaGateSemantics, SmallNegativeInfinityIsAFullForget) {
       }
     }
   }
+}
+
+// safe_gate promises g in [L, 0); a -inf gate breaks the promise, and the floor still makes it a
+// full forget (the block holding it takes the exact path).
+TEST(CudaGateSemantics, SmallSafeGateWithNegativeInfinity) {
+  SKIP_WITHOUT_GPU();
+  Problem p(Family::kKDA, DType::kBFloat16);
+  p.opt.safe_gate = true;
+  p.opt.lower_bound = -5.0f;
+  fill_uniform(p.g, -5.0, -1e-3);
+  for (int64_t t : {0, 17, 64, 100}) set_gate(p, t, -std::numeric_limits<double>::infinity());
+  check_against_reference(p, "KDA safe_gate, L = -5, -inf gates");
 }
 
 TEST(CudaGateSemantics, SmallHugeFiniteNegativeGates) {

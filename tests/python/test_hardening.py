@@ -209,3 +209,10 @@ def test_overflowing_exp_a_log_is_a_full_forget(a_log):
         else:
             for x32, x64 in zip(ref, res):
                 assert rel_err(x32, x64) <= TOL[torch.float32]
+
+
+def test_numpy_api_takes_non_native_byte_order(gdn_np):
+    q, k, v, g, beta = gdn_np
+    o, _, _ = forward_numpy("gdn", q, k, v, g=g, beta=beta)
+    ob, _, _ = forward_numpy("gdn", q.astype(">f4"), k.astype(">f4"), v, g=g.astype(">f4"), beta=beta)
+    assert np.array_equal(o, ob)

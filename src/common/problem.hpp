@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <cstring>
 #include <vector>
 
@@ -97,6 +98,15 @@ inline uint64_t saved_problem_hash(const Problem& p) {
 Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt, Problem* p);
 Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutputs& out,
                        const Options& opt, Problem* p);
+// Aliasing rules shared by every entry point's validation (validate.cpp).
+struct NamedView {
+  const char* name;
+  const TensorView* t;
+};
+bool views_overlap(const TensorView& a, const TensorView& b);
+// No output may share a byte with an input or with another output.
+Status check_no_alias(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
+
 Status resolve_backward(Family family, const BackwardInputs& in, const BackwardOutputs& out,
                         const Options& opt, Problem* p);
 

@@ -423,34 +423,46 @@ Status check_state_like(const char* name, const TensorView& t, const Problem& p)
   return check_tensor(name, t, {p.N, p.HV, p.K, p.V}, p.device);
 }
 
-struct Named {
-  const char* name;
-  const TensorView* t;
-};
+using Named = NamedView;
 
-// Whether two present, non-empty views in one address space share a byte.
-bool overlap(const TensorView& a, const TensorView& b) {
+// Byte range [lo, hi) a strided view spans (negative strides included).
+void byte_range(const TensorView& t, std::uintptr_t* lo, std::uintptr_t* hi) {
+  int64_t mn = 0, mx = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    const int64_t ext = (t.shape[i] - 1) * t.strides[i];
+    (ext < 0 ? mn : mx) += ext;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  const auto es = static_cast<int64_t>(dtype_size(t.dtype));
+  *lo = base + static_cast<std::uintptr_t>(mn * es);
+  *hi = base + static_cast<std::uintptr_t>((mx + 1) * es);
+}
+
+}  // namespace
+
+// Whether two present, non-empty views in one address space share a byte (strided views by the
+// range they span).
+bool views_overlap(const TensorView& a, const TensorView& b) {
   if (!a.present() || !b.present() || a.numel() <= 0 || b.numel() <= 0) return false;
   if (!same_device(a.device, b.device)) return false;
-  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
-  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
-  const auto a1 = a0 + static_cast<std::uintptr_t>(a.numel()) * dtype_size(a.dtype);
-  const auto b1 = b0 + static_cast<std::uintptr_t>(b.numel()) * dtype_size(b.dtype);
+  std::uintptr_t a0, a1, b0, b1;
+  byte_range(a, &a0, &a1);
+  byte_range(b, &b0, &b1);
   return a0 < b1 && b0 < a1;
 }
 
 // Outputs are written while inputs are still being read (by other threads, or by other CUDA
 // blocks), so no output may share memory with an input or with another output.
-Status check_no_alias(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) {
+Status check_no_alias(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
-    for (const Named& i : inputs) {
-      if (overlap(*o->t, *i.t)) {
+    for (const NamedView& i : inputs) {
+      if (views_overlap(*o->t, *i.t)) {
         return Status::Invalid(std::string(o->name) + " overlaps the input " + i.name +
                                " in memory; outputs must not alias inputs");
       }
     }
     for (auto o2 = outputs.begin(); o2 != o; ++o2) {
-      if (overlap(*o->t, *o2->t)) {
+      if (views_overlap(*o->t, *o2->t)) {
         return Status::Invalid(std::string(o->name) + " overlaps the output " + o2->name +
                                " in memory; outputs must not alias each other");
       }
@@ -459,6 +471,7 @@ Status check_no_alias(std::initializer_list<Named> outputs, std::initializer_lis
   return Status::Ok();
 }
 
+namespace {
 // Whether the byte range [a, a + an) shares a byte with the present, non-empty view b.
 bool overlap_range(const Device& dev, const void* a, std::size_t an, const TensorView& b) {
   if (a == nullptr || an == 0 || !b.present() || b.numel() <= 0) return false;

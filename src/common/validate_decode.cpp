@@ -27,33 +27,6 @@ bool same_dev(const Device& a, const Device& b) {
   return a.type == b.type && (a.type == DeviceType::kCPU || a.index == b.index);
 }
 
-// Byte range [lo, hi) a strided view spans (negative strides included).
-void byte_range(const TensorView& t, std::uintptr_t* lo, std::uintptr_t* hi) {
-  int64_t mn = 0, mx = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    const int64_t ext = (t.shape[i] - 1) * t.strides[i];
-    (ext < 0 ? mn : mx) += ext;
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
-  const auto es = static_cast<int64_t>(dtype_size(t.dtype));
-  *lo = base + static_cast<std::uintptr_t>(mn * es);
-  *hi = base + static_cast<std::uintptr_t>((mx + 1) * es);
-}
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.present() || !b.present() || a.numel() <= 0 || b.numel() <= 0) return false;
-  if (!same_dev(a.device, b.device)) return false;
-  std::uintptr_t a0, a1, b0, b1;
-  byte_range(a, &a0, &a1);
-  byte_range(b, &b0, &b1);
-  return a0 < b1 && b0 < a1;
-}
-
-struct Named {
-  const char* name;
-  const TensorView* t;
-};
-
 Status check_dense(const char* name, const TensorView& t, std::initializer_list<int64_t> dims,
                    const Device& dev) {
   bool ok = t.ndim == static_cast<int32_t>(dims.size());
@@ -248,25 +221,12 @@ Status resolve_decode(Family family, const DecodeInputs& in, const DecodeOutputs
 
   // ---- aliasing: no output may share memory with an input or another output; the state is an
   // input and (in place) an output, so it may overlap neither o nor status.
-  const Named outs[] = {{"o", &out.o}, {"final_state", &out.final_state}, {"status", &out.status}};
-  const Named ins[] = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma},
-                       {"beta", &in.beta}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias},
-                       {"state", &in.state}, {"ssm_state_indices", &in.ssm_state_indices},
-                       {"num_accepted_tokens", &in.num_accepted_tokens}, {"cu_seqlens", &in.cu_seqlens},
-                       {"cu_seqlens_host", &in.cu_seqlens_host}};
-  for (std::size_t i = 0; i < 3; ++i) {
-    for (const Named& x : ins) {
-      if (overlaps(*outs[i].t, *x.t)) {
-        return Status::Invalid(std::string(outs[i].name) + " overlaps the input " + x.name +
-                               " in memory; outputs must not alias inputs");
-      }
-    }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (overlaps(*outs[i].t, *outs[j].t)) {
-        return Status::Invalid(std::string(outs[i].name) + " overlaps the output " + outs[j].name + " in memory");
-      }
-    }
-  }
+  LINATTN_DTRY(check_no_alias(
+      {{"o", &out.o}, {"final_state", &out.final_state}, {"status", &out.status}},
+      {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma}, {"beta", &in.beta},
+       {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias}, {"state", &in.state},
+       {"ssm_state_indices", &in.ssm_state_indices}, {"num_accepted_tokens", &in.num_accepted_tokens},
+       {"cu_seqlens", &in.cu_seqlens}, {"cu_seqlens_host", &in.cu_seqlens_host}}));
   return Status::Ok();
 }
 

@@ -761,7 +761,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (c.spec[j].alias_of == i && c.spec[j].role == Role::kOutput) holds_output = true;
     }
     if (rc != LINATTN_OK) fail("a failing call wrote a buffer", kNames[i]);
-    if (!holds_output) fail("a call wrote an input buffer", kNames[i]);
+    // (a successful call writes its workspace: inside the buffer of a tensor it does not use, fine)
+    if (!holds_output && i != inside) fail("a call wrote an input buffer", kNames[i]);
   }
   if (rc != LINATTN_OK && saved_mem && entry == 3) {
     for (size_t b = 0; b < saved_len; ++b) {

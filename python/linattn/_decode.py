@@ -19,7 +19,7 @@ from torch import Tensor
 from . import _C
 from .ops import make_options
 
-__all__ = ["DECODE_MAX_TOKENS", "use_decode", "run_decode"]
+__all__ = ["DECODE_MAX_TOKENS", "use_decode", "selects_decode", "run_decode"]
 
 DECODE_MAX_TOKENS = 16
 
@@ -43,6 +43,15 @@ def use_decode(fn_name: str, q: Tensor, cu_seqlens: Optional[Tensor], pool_args:
     n = q.shape[0] if cu_seqlens is None else max(cu_seqlens.shape[0] - 1, 1)
     tokens = q.shape[0] * q.shape[1]
     return tokens <= DECODE_MAX_TOKENS * n
+
+
+def selects_decode(fn_name: str, q: Tensor, v: Tensor, beta: Optional[Tensor], cu_seqlens: Optional[Tensor],
+                   ssm_state_indices, num_accepted_tokens, inplace_final_state: bool, out, *grad_inputs) -> bool:
+    """The fused_recurrent_* functions' choice: the serving arguments (a state pool, accepted
+    tokens, in place, ``out``, per-channel beta) always select decode; otherwise use_decode."""
+    serving = (ssm_state_indices is not None or num_accepted_tokens is not None or bool(inplace_final_state)
+               or out is not None or (beta is not None and beta.dim() == v.dim()))
+    return use_decode(fn_name, q, cu_seqlens, serving, *grad_inputs)
 
 
 def _stream(t: Tensor) -> int:

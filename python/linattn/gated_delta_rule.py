@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ._args import check_chunk_size, refuse, refuse_head_first, state_layout, take_kwargs
-from ._decode import run_decode, use_decode
+from ._decode import run_decode, selects_decode
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
@@ -206,9 +206,8 @@ def fused_recurrent_gated_delta_rule(
             raise ValueError(f"{name}: use_gate_in_kernel needs the raw gate g")
         g = torch.zeros(v.shape[:3], dtype=torch.float64 if q.dtype == torch.float64
                         else torch.float32, device=q.device)
-    pool_args = ssm_state_indices is not None or num_accepted_tokens is not None or inplace_final_state
-    if use_decode(name, q, cu_seqlens, pool_args or out is not None or beta.dim() == v.dim(),
-                  k, v, g, beta, A_log, dt_bias, initial_state):
+    if selects_decode(name, q, v, beta, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                      inplace_final_state, out, k, v, g, beta, A_log, dt_bias, initial_state):
         return run_decode(
             family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
             initial_state=initial_state, output_final_state=output_final_state,

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ._args import check_chunk_size, refuse, state_layout, take_kwargs
-from ._decode import run_decode, use_decode
+from ._decode import run_decode, selects_decode
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
@@ -214,9 +214,8 @@ def fused_recurrent_kda(
     name = "fused_recurrent_kda"
     state_v_first = state_layout(name, state_v_first, kwargs)
     take_kwargs(name, kwargs, {})
-    pool_args = ssm_state_indices is not None or num_accepted_tokens is not None or inplace_final_state
-    if use_decode(name, q, cu_seqlens, pool_args or out is not None or beta.dim() == v.dim(),
-                  k, v, g, beta, A_log, dt_bias, initial_state):
+    if selects_decode(name, q, v, beta, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                      inplace_final_state, out, k, v, g, beta, A_log, dt_bias, initial_state):
         return run_decode(
             _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
             initial_state=initial_state, output_final_state=output_final_state,

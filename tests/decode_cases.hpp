@@ -35,6 +35,7 @@ struct DecodeConfig {
   bool accepted = false;
   bool inplace = true;
   bool final_out = false;
+  DType final_dtype = DType::kFloat32;
   bool padding = false;  // one sequence reads slot -1 (padding)
 
   std::string name() const {
@@ -43,7 +44,8 @@ struct DecodeConfig {
          std::to_string(HV) + "/N" + std::to_string(lens.size()) + (varlen ? "/varlen" : "") +
          (v_first ? "/vfirst" : "") + (beta_per_v ? "/beta_v" : "") + "/pool" + std::to_string(int(pool)) +
          "/" + dtype_name(state_dtype) + (accepted ? "/accepted" : "") + (padding ? "/pad" : "") + "/gate" +
-         std::to_string(int(gate));
+         std::to_string(int(gate)) + (inplace ? "/inplace" : "") +
+         (final_out ? std::string("/final_") + dtype_name(final_dtype) : "");
     return s;
   }
 };
@@ -202,7 +204,7 @@ inline DecodeCase make_decode_case(const DecodeConfig& c) {
   d.o = HostTensor(c.dtype, {B, T, HV, V});
   d.o.poison();
   if (c.final_out) {
-    d.final_state = HostTensor(DType::kFloat32, {N, HV, a, b});
+    d.final_state = HostTensor(c.final_dtype, {N, HV, a, b});
     d.final_state.poison();
   }
   return d;
@@ -329,6 +331,49 @@ inline std::vector<DecodeConfig> decode_configs() {
       c.inplace = false;
       add(c);
     }
+  }
+  // One token per sequence at a fixed length in the [K, V] layout: what the streaming kernel
+  // (src/cuda/decode/stream_decode.cuh) runs on Hopper. Every pool dtype and head size, the
+  // three destinations (in place, a final_state of the pool's dtype, not kept), indices with
+  // padding or none, each gate and beta form, GVA, several V tiles.
+  {
+    int i = 0;
+    for (DType st : {DType::kFloat32, DType::kBFloat16}) {
+      for (int64_t kdim : {64, 128, 256}) {
+        for (int dest = 0; dest < 3; ++dest, ++i) {
+          DecodeConfig c;
+          c.family = i % 2 ? Family::kGDN : Family::kKDA;
+          c.dtype = i % 3 == 0 ? DType::kFloat32 : (i % 3 == 1 ? DType::kBFloat16 : DType::kFloat16);
+          c.state_dtype = st;
+          c.K = kdim;
+          c.V = kdim == 128 ? 192 : (kdim == 64 ? 128 : 64);
+          c.H = 2;
+          c.HV = 4;
+          c.lens = {1, 1, 1, 1, 1};
+          c.pool = i % 4 == 3 ? Pool::kInitial : Pool::kIndices1D;
+          c.padding = c.pool == Pool::kIndices1D && i % 2 == 0 && dest != 1;  // a padded final_state row stays unwritten
+          c.inplace = dest == 0;
+          c.final_out = dest == 1;
+          c.final_dtype = st;
+          const DecodeGate gates[] = {DecodeGate::kLogsigmoid, DecodeGate::kSoftplus, DecodeGate::kWithNegInf,
+                                      DecodeGate::kLowerBound};
+          c.gate = gates[i % 4];
+          if (c.gate == DecodeGate::kLowerBound && c.family != Family::kKDA) c.gate = DecodeGate::kSoftplus;
+          c.beta_per_v = i % 5 == 1;
+          c.beta_sigmoid = i % 3 == 2;
+          c.neg_eig = i % 6 == 2;
+          c.l2norm = i % 7 != 4;
+          add(c);
+        }
+      }
+    }
+    DecodeConfig c;  // a final_state of another dtype than the pool's (the general kernel)
+    c.state_dtype = DType::kBFloat16;
+    c.K = 128;
+    c.V = 128;
+    c.inplace = false;
+    c.final_out = true;
+    add(c);
   }
   {
     DecodeConfig c;  // simple GLA with g_gamma only; no l2norm; fixed length T = 4

@@ -159,6 +159,37 @@ TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
   }
 }
 
+// The same for one token per sequence (the streaming kernel on Hopper): a slot past the pool is
+// flagged by the producer warp, the sequence's o rows are zero, every other sequence as expected.
+TEST(CudaDecode, SmallOneTokenFlagsSlotPastThePool) {
+  SKIP_WITHOUT_GPU();
+  for (DType st : {DType::kFloat32, DType::kBFloat16}) {
+    DecodeConfig cfg;
+    cfg.lens = {1, 1, 1, 1};
+    cfg.pool = Pool::kIndices1D;
+    cfg.state_dtype = st;
+    cfg.K = 128;
+    cfg.V = 128;
+    DecodeCase c = make_decode_case(cfg);
+    Status s;
+    const DecodeCase e = expected_decode(c, &s);  // before the corruption: the other sequences
+    ASSERT_TRUE(s.ok()) << s.message;
+    DecodeCase bad = c;
+    bad.indices.set(1, double(c.P + 5));
+    DeviceCase d(bad);
+    s = decode(cfg.family, d.in, d.out, c.options());
+    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d.status() & kDecodeIndexOutOfRange, kDecodeIndexOutOfRange) << cfg.name();
+    d.fetch(bad);
+    const int64_t row = cfg.HV * cfg.V;
+    for (int64_t i = 0; i < row; ++i) ASSERT_EQ(bad.o.get(1 * row + i), 0.0) << cfg.name();
+    HostTensor o_want = e.o;
+    for (int64_t i = 0; i < row; ++i) o_want.set(1 * row + i, 0.0);
+    EXPECT_LT(rel_err(bad.o, o_want), tolerance_for(cfg.dtype)) << cfg.name();
+  }
+}
+
 TEST(CudaDecode, SmallDeterministic) {
   SKIP_WITHOUT_GPU();
   DecodeConfig cfg;

@@ -135,9 +135,9 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   const int64_t tiles = pr.N * pr.HV * (pr.V / cols);
   const bool dst_ok = d.inplace || !d.has_final ||
                       (d.final_dtype == d.state_dtype && aligned(out.final_state.data, 16));
-  if (config::cc_major(pr.device.index) == 9 && !vf && pr.K == kb && pr.V % cols == 0 && !pr.varlen && pr.T == 1 &&
+  if (config::cc_major(pr.device.index) == 9 && !vf && pr.K == kb && kb <= 128 && pr.V % cols == 0 && !pr.varlen && pr.T == 1 &&
       d.has_state && !d.indices_2d && !d.has_accepted && p.vec_o && aligned(p.state, 16) &&
-      (d.state_stride * es) % 16 == 0 && d.pool_slots <= INT_MAX && tiles <= INT_MAX && dst_ok) {
+      (d.state_stride * es) % 16 == 0 && d.pool_slots <= INT_MAX && tiles <= INT_MAX / 2 && dst_ok) {
     CUtensorMap src{}, dst{};
     const bool has_dst = d.inplace || d.has_final;
     bool maps = encode_state_map(&src, in.state.data, st_bf16, d.pool_slots, pr.HV, pr.K, pr.V, d.state_stride,

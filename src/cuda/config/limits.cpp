@@ -19,17 +19,6 @@ int sm_count(int device) {
   return cached[device];
 }
 
-int cc_major(int device) {
-  static int cached[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  if (cached[device] == 0) {
-    int m = 0;
-    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || m <= 0) return 0;
-    cached[device] = m;
-  }
-  return cached[device];
-}
-
 Status can_implement(const detail::Problem& p, const char* direction) {
   const std::string what = std::string("CUDA ") + direction;
   if (p.family != Family::kKDA && p.family != Family::kGDN) {

@@ -29,9 +29,6 @@ constexpr std::size_t kMaxSmem = 227 * 1024;
 // Multiprocessors of `device` (cached per device; 132 when the query fails).
 int sm_count(int device);
 
-// Compute capability major of `device` (cached per device; 0 when the query fails).
-int cc_major(int device);
-
 // The dtype codes of the kernels' runtime switches. They equal linattn::DType's values for the
 // four float types; any other dtype maps to kCodeOther.
 enum DtypeCode : int { kCodeF16 = 0, kCodeBF16 = 1, kCodeF32 = 2, kCodeF64 = 3, kCodeOther = 3 };

@@ -1,52 +1,17 @@
 // Host side of the CUDA decode: a validated DecodeProblem into the kernel's Params, then one launch.
 // No allocation, no host synchronisation: the call can be captured in a CUDA graph.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "common/decode.hpp"
 #include "cuda/common/host_util.hpp"
-#include "cuda/config/limits.hpp"
-#include "cuda/decode/stream_decode.cuh"
+#include "cuda/decode/recurrent_decode.cuh"
 
 namespace linattn::cuda {
 
 namespace {
 bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
-
-// The driver's tensor-map encoder, through the runtime (no link to libcuda); null if unavailable.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A TMA map of states [slots][HV][K][V] (slot stride `stride` elements) in boxes of K rows x
-// `cols` columns: one decode tile.
-bool encode_state_map(CUtensorMap* m, void* base, bool bf16, int64_t slots, int64_t HV, int64_t K, int64_t V,
-                      int64_t stride, int cols) {
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t es = bf16 ? 2 : 4;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(V), static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(HV),
-                              static_cast<cuuint64_t>(slots)};
-  const cuuint64_t strides[3] = {V * es, K * V * es, stride * es};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(cols), static_cast<cuuint32_t>(K), 1, 1};
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
-  return encode(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, dims, strides,
-                box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
 }  // namespace
 
 Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const DecodeOutputs& out, Stream stream) {
@@ -128,42 +93,15 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   // every tile whole and every piece an aligned vector: the kernel without masks
   const bool fast = pr.K == kb && pr.V % recurrent::kTileV == 0 && (!d.has_state || p.vec_state) && p.vec_o &&
                     (!d.has_final || p.vec_final);
+  // a bfloat16 pool moves half a float32 pool's bytes for the same per-tile work: 64-column tiles
+  // (16-byte pieces of 8), where the pool's pieces are 16-byte aligned
+  const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
+                    d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16));
   cudaError_t e;
-  // One token per sequence on Hopper: the streaming kernel (stream_decode.cuh says when and why).
-  const int64_t cols = st_bf16 ? 64 : 32;
-  const int64_t es = st_bf16 ? 2 : 4;
-  const int64_t tiles = pr.N * pr.HV * (pr.V / cols);
-  const bool dst_ok = d.inplace || !d.has_final ||
-                      (d.final_dtype == d.state_dtype && aligned(out.final_state.data, 16));
-  if (config::cc_major(pr.device.index) == 9 && !vf && pr.K == kb && kb <= 128 && pr.V % cols == 0 && !pr.varlen && pr.T == 1 &&
-      d.has_state && !d.indices_2d && !d.has_accepted && p.vec_o && aligned(p.state, 16) &&
-      (d.state_stride * es) % 16 == 0 && d.pool_slots <= INT_MAX && tiles <= INT_MAX / 2 && dst_ok) {
-    CUtensorMap src{}, dst{};
-    const bool has_dst = d.inplace || d.has_final;
-    bool maps = encode_state_map(&src, in.state.data, st_bf16, d.pool_slots, pr.HV, pr.K, pr.V, d.state_stride,
-                                 static_cast<int>(cols));
-    if (maps && !d.inplace && d.has_final) {
-      maps = encode_state_map(&dst, out.final_state.data, st_bf16, pr.N, pr.HV, pr.K, pr.V, pr.HV * pr.K * pr.V,
-                              static_cast<int>(cols));
-    } else {
-      dst = src;
-    }
-    if (maps) {  // else (no driver entry point): the general kernel below
-      const recurrent::StreamLaunch l{&src, &dst, has_dst, d.inplace, static_cast<int>(tiles),
-                                      config::sm_count(pr.device.index)};
-      switch (pr.dtype) {
-        case DType::kFloat16: e = recurrent::launch_stream_fp16(p, st_bf16, kb, l, st); break;
-        case DType::kBFloat16: e = recurrent::launch_stream_bf16(p, st_bf16, kb, l, st); break;
-        default: e = recurrent::launch_stream_fp32(p, st_bf16, kb, l, st); break;
-      }
-      if (e != cudaSuccess) return cuda_error("streaming decode launch", e);
-      return Status::Ok();
-    }
-  }
   switch (pr.dtype) {
-    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, st); break;
-    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, st); break;
-    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, st); break;
+    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, wide, st); break;
+    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, wide, st); break;
+    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, wide, st); break;
   }
   if (e != cudaSuccess) return cuda_error("recurrent decode launch", e);
   return Status::Ok();

@@ -26,7 +26,7 @@
 namespace linattn::cuda::recurrent {
 
 constexpr int kThreads = 128;
-constexpr int kTileV = 32;
+constexpr int kTileV = 32;  // V columns a CTA: 32, or 64 for the wide bfloat16-pool form (CW = 8)
 
 // Every pointer and size the kernel reads; built once by the launcher (decode_launch.cu).
 struct Params {
@@ -199,9 +199,16 @@ __device__ __forceinline__ float group_sum(float x) {
 //   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T, written back / stored
 // Fast: every tile whole and every 4-wide piece an aligned vector (K = KB, V a multiple of 32,
 // aligned tensors: the common 64/128/256 head sizes), so the masks and their branches compile away.
-template <typename IO, typename ST, bool VFirst, int KB, bool Fast>
-__global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
+//
+// CW: columns of a thread's piece in the [K, V] layout, 4 (16 bytes of float32, 8 of bfloat16) or,
+// for a bfloat16 pool on the fast path, 8 (16 bytes): a 64-column tile, so the per-tile work
+// (slot, staging, gates, reductions) is amortised over as many pool bytes as a float32 tile's.
+template <typename IO, typename ST, bool VFirst, int KB, bool Fast, int CW = 4>
+__global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) recurrent_decode_kernel(const Params p) {
+  static_assert(CW == 4 || (CW == 8 && Fast && !VFirst && sizeof(ST) == 2), "wide pieces: bf16 pool, [K, V], fast path");
   constexpr int kWarps = kThreads / 32;
+  constexpr int TV = 8 * CW;   // the tile's V columns
+  constexpr int NQ = CW / 4;   // float4s of a piece
   constexpr int kRowsPerThread = KB / kThreads;  // staging: rows a thread (0 means 1, r < KB)
   // [K, V]: lane = 8 column groups (4 columns each) x 4 row groups; thread rows r0 .. r0 + NR - 1
   //         with r0 = (warp * 4 + lane / 8) * NR (consecutive: the staged inputs load as float4).
@@ -209,23 +216,25 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
   constexpr int LK = VFirst ? (KB / 4 < 32 ? KB / 4 : 32) : 1;
   constexpr int EPL = VFirst ? KB / (4 * LK) : 1;
   constexpr int RPW = VFirst ? 32 / LK : 1;
-  constexpr int NR = VFirst ? kTileV / (4 * RPW) : KB / 16;
+  constexpr int NR = VFirst ? TV / (4 * RPW) : KB / 16;
   constexpr int NP = VFirst ? NR * EPL : NR;  // 4-wide pieces a thread holds
-  __shared__ float4 sS[NP][kThreads];
+  __shared__ float4 sS[NP * NQ][kThreads];
   __shared__ __align__(16) float sq[KB], sk[KB], se[KB];
-  __shared__ __align__(16) float sv[kTileV], sb[kTileV];
-  __shared__ float4 red_n[kWarps];                     // per warp: |q|^2, |k|^2, q.k partials
-  __shared__ float4 red_ab[2][kWarps][2][kTileV / 4];  // [K, V]: a, b partials per warp
+  __shared__ __align__(16) float sv[TV], sb[TV];
+  __shared__ float4 red_n[kWarps];                // per warp: |q|^2, |k|^2, q.k partials
+  // [K, V]: a, b partials per warp; one buffer (the barrier at the top of each token separates
+  // a token's readers from the next token's writers)
+  __shared__ float4 red_ab[kWarps][2][TV / 4];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const unsigned nvt = (static_cast<unsigned>(p.V) + kTileV - 1) / kTileV;
+  const unsigned nvt = (static_cast<unsigned>(p.V) + TV - 1) / TV;
   const unsigned blk = blockIdx.x;
   const int vt = static_cast<int>(blk % nvt);
   const unsigned rest = blk / nvt;
   const int hv = static_cast<int>(rest % static_cast<unsigned>(p.HV));
   const int n = static_cast<int>(rest / static_cast<unsigned>(p.HV));
   const int h = hv / p.G;
-  const int v0 = vt * kTileV;
+  const int v0 = vt * TV;
   const long long KV = static_cast<long long>(p.K) * p.V;
 
   // ---- the sequence's tokens (device cu_seqlens are checked here: no host copy needed)
@@ -246,9 +255,9 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 
   auto zero_o = [&]() {  // a skipped sequence's o rows (this head, this V tile)
     IO* o = static_cast<IO*>(p.o);
-    for (long long i = tid; i < len * kTileV; i += kThreads) {
-      const int c = v0 + static_cast<int>(i % kTileV);
-      if (c < p.V) o[((bos + i / kTileV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
+    for (long long i = tid; i < len * TV; i += kThreads) {
+      const int c = v0 + static_cast<int>(i % TV);
+      if (c < p.V) o[((bos + i / TV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
     }
   };
   auto flag = [&](int bit) {
@@ -274,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       in_k[j] = ok ? to_f(k[qk0 + r]) : 0.f;
       in_g[j] = ok ? (p.vector_gate ? gate_raw(p, tok, hv, r) : g0) : 0.f;
     }
-    if (tid < kTileV && v0 + tid < p.V) {
+    if (tid < TV && v0 + tid < p.V) {
       in_v = to_f(v[(tok * p.HV + hv) * p.V + v0 + tid]);
       in_b = p.delta ? beta_at(p, tok, hv, v0 + tid) : 0.f;
     }
@@ -308,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
   const int r0 = (warp * 4 + rsub) * NR;      // [K, V]: first row
-  const int c0 = v0 + cg * 4;                 // [K, V]: first column
+  const int c0 = v0 + cg * CW;                // [K, V]: first column
   const int lk = lane % LK, rw = lane / LK;   // [V, K]
   auto vk_row = [&](int i) { return i * (4 * RPW) + warp * RPW + rw; };  // V index within the tile
   auto vk_col = [&](int e) { return e * 4 * LK + lk * 4; };              // K index
@@ -321,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     }
   };
   // Whole tile inside the state: every piece valid (the general path masks each piece).
-  const bool full = Fast || (p.K == KB && v0 + kTileV <= p.V);
+  const bool full = Fast || (p.K == KB && v0 + TV <= p.V);
   auto piece_nv = [&](int pi) -> int {
     if (full) return 4;
     if constexpr (!VFirst) {
@@ -332,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
   };
 
   // ---- the state into shared memory (its loads overlap the first token's staging)
-  {
+  if constexpr (CW == 4) {
     const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
     float4 x[NP];
 #pragma unroll
@@ -342,6 +351,18 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
+  } else {  // 8 bfloat16 a piece: one 16-byte load each, widened on the way into shared memory
+    const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
+    uint4 x[NP];
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi)
+      x[pi] = p.has_state ? *reinterpret_cast<const uint4*>(src + piece_off(pi)) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi) {
+      const ST* e = reinterpret_cast<const ST*>(&x[pi]);
+      sS[2 * pi][tid] = make_float4(to_f(e[0]), to_f(e[1]), to_f(e[2]), to_f(e[3]));
+      sS[2 * pi + 1][tid] = make_float4(to_f(e[4]), to_f(e[5]), to_f(e[6]), to_f(e[7]));
+    }
   }
 
   for (long long t = 0; t < len; ++t) {
@@ -367,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       nk = group_sum<32>(nk);
       nqk = group_sum<32>(nqk);
       if (lane == 0) red_n[warp] = make_float4(nq, nk, nqk, 0.f);
-      if (tid < kTileV) {
+      if (tid < TV) {
         sv[tid] = in_v;
         sb[tid] = in_b;
       }
@@ -404,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       to_pool = false;
       dst_off = static_cast<long long>(n) * p.HV * KV + hv * KV;
     }
-    auto emit = [&](int pi, const float4& x) {  // the new state's piece pi
+    auto emit = [&](int pi, const float4& x) {  // the new state's piece pi (CW = 4)
       if (!last) sS[pi][tid] = x;
       if (to_global) {
         const int nv = piece_nv(pi);
@@ -413,6 +434,25 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
           st4(static_cast<ST*>(p.state) + dst_off + piece_off(pi), x, Fast || p.vec_state, nv);
         } else {
           st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), x, Fast || p.vec_final, nv);
+        }
+      }
+    };
+
+    auto emit8 = [&](int pi, const float* x) {  // the new state's piece pi (CW = 8: bfloat16 pool)
+      if (!last) {
+        sS[2 * pi][tid] = make_float4(x[0], x[1], x[2], x[3]);
+        sS[2 * pi + 1][tid] = make_float4(x[4], x[5], x[6], x[7]);
+      }
+      if (to_global) {
+        if (to_pool) {
+          uint4 raw;
+          ST* e = reinterpret_cast<ST*>(&raw);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) e[j] = from_f<ST>(x[j]);
+          *reinterpret_cast<uint4*>(static_cast<ST*>(p.state) + dst_off + piece_off(pi)) = raw;
+        } else {
+          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), make_float4(x[0], x[1], x[2], x[3]), true, 4);
+          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi) + 4, make_float4(x[4], x[5], x[6], x[7]), true, 4);
         }
       }
     };
@@ -432,57 +472,81 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
         }
       }
       // ---- pass 1: a = S'^T k, b = S'^T q over this thread's rows
-      float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
+      float a[CW], b[CW];
+#pragma unroll
+      for (int j = 0; j < CW; ++j) a[j] = b[j] = 0.f;
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
-        const float4 x = sS[i][tid];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float sd = f4(x, j) * er[i];
-          a[j] += kr[i] * sd;
-          b[j] += qr[i] * sd;
+        for (int h4 = 0; h4 < NQ; ++h4) {
+          const float4 x = sS[i * NQ + h4][tid];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float sd = f4(x, j) * er[i];
+            a[4 * h4 + j] += kr[i] * sd;
+            b[4 * h4 + j] += qr[i] * sd;
+          }
         }
       }
 #pragma unroll
       for (int m = 8; m <= 16; m <<= 1) {  // over the warp's 4 row groups
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < CW; ++j) {
           a[j] += __shfl_xor_sync(0xffffffffu, a[j], m);
           b[j] += __shfl_xor_sync(0xffffffffu, b[j], m);
         }
       }
-      const int buf = static_cast<int>(t & 1);
       if (rsub == 0) {
-        red_ab[buf][warp][0][cg] = make_float4(a[0], a[1], a[2], a[3]);
-        red_ab[buf][warp][1][cg] = make_float4(b[0], b[1], b[2], b[3]);
+#pragma unroll
+        for (int h4 = 0; h4 < NQ; ++h4) {
+          red_ab[warp][0][cg * NQ + h4] = make_float4(a[4 * h4], a[4 * h4 + 1], a[4 * h4 + 2], a[4 * h4 + 3]);
+          red_ab[warp][1][cg * NQ + h4] = make_float4(b[4 * h4], b[4 * h4 + 1], b[4 * h4 + 2], b[4 * h4 + 3]);
+        }
       }
       __syncthreads();
-      float4 A = red_ab[buf][0][0][cg], B = red_ab[buf][0][1][cg];
+      float u[CW];
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) {  // fixed order: deterministic
-        const float4 x = red_ab[buf][w][0][cg], y = red_ab[buf][w][1][cg];
-        A = make_float4(A.x + x.x, A.y + x.y, A.z + x.z, A.w + x.w);
-        B = make_float4(B.x + y.x, B.y + y.y, B.z + y.z, B.w + y.w);
-      }
-      const float4 vv = *reinterpret_cast<const float4*>(sv + cg * 4);
-      const float4 bb = *reinterpret_cast<const float4*>(sb + cg * 4);
-      float4 u, ov;
+      for (int h4 = 0; h4 < NQ; ++h4) {
+        const int quad = cg * NQ + h4;
+        float4 A = red_ab[0][0][quad], B = red_ab[0][1][quad];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float uj = p.delta ? f4(bb, j) * (f4(vv, j) - f4(A, j) * rk) : f4(vv, j);
-        f4(u, j) = uj;
-        f4(ov, j) = f4(B, j) * qs + qk * uj;
+        for (int w = 1; w < kWarps; ++w) {  // fixed order: deterministic
+          const float4 x = red_ab[w][0][quad], y = red_ab[w][1][quad];
+          A = make_float4(A.x + x.x, A.y + x.y, A.z + x.z, A.w + x.w);
+          B = make_float4(B.x + y.x, B.y + y.y, B.z + y.z, B.w + y.w);
+        }
+        const float4 vv = *reinterpret_cast<const float4*>(sv + quad * 4);
+        const float4 bb = *reinterpret_cast<const float4*>(sb + quad * 4);
+        float4 ov;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float uj = p.delta ? f4(bb, j) * (f4(vv, j) - f4(A, j) * rk) : f4(vv, j);
+          u[4 * h4 + j] = uj;
+          f4(ov, j) = f4(B, j) * qs + qk * uj;
+        }
+        const int ncol = clamp_nv(p.V - c0 - 4 * h4);
+        if (warp == 0 && rsub == 0 && ncol > 0)
+          st4(o + (tok * p.HV + hv) * p.V + c0 + 4 * h4, ov, Fast || p.vec_o, ncol);
       }
-      const int ncol = clamp_nv(p.V - c0);
-      if (warp == 0 && rsub == 0 && ncol > 0) st4(o + (tok * p.HV + hv) * p.V + c0, ov, Fast || p.vec_o, ncol);
       // ---- pass 2: S = S' + k u^T
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         const float kn = kr[i] * rk;
-        float4 x = sS[i][tid];
+        if constexpr (CW == 4) {
+          float4 x = sS[i][tid];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * f4(u, j);
-        emit(i, x);
+          for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * u[j];
+          emit(i, x);
+        } else {
+          float x[CW];
+#pragma unroll
+          for (int h4 = 0; h4 < NQ; ++h4) {
+            const float4 y = sS[i * NQ + h4][tid];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) x[4 * h4 + j] = f4(y, j) * er[i] + kn * u[4 * h4 + j];
+          }
+          emit8(i, x);
+        }
       }
     } else {
       // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle, no barrier
@@ -530,17 +594,26 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 }
 
 // Launches the kernel for IO element type `io` (instantiated one dtype per translation unit).
-cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
-cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
-cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream);
+// wide: the 64-column form (bfloat16 pool, [K, V], fast path, 16-byte aligned pool pieces).
+cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
 
 template <typename IO>
-cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, bool fast, cudaStream_t stream) {
-  const long long blocks = static_cast<long long>(p.N) * p.HV * ((p.V + kTileV - 1) / kTileV);
+cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream) {
+  const int tv = wide ? 2 * kTileV : kTileV;
+  const long long blocks = static_cast<long long>(p.N) * p.HV * ((p.V + tv - 1) / tv);
   auto go = [&](auto kernel) {
     kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   };
+  if (wide) {
+    switch (kb) {
+      case 64: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 64, true, 8>);
+      case 128: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 128, true, 8>);
+      default: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 256, true, 8>);
+    }
+  }
 #define LINATTN_DECODE_KB(ST, VF, F)                                                      \
   switch (kb) {                                                                           \
     case 64: return go(recurrent_decode_kernel<IO, ST, VF, 64, F>);                       \

@@ -134,4 +134,9 @@ std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt = 0, boo
 // forward's default, faster at the reference shape; smem from state_smem_bytes(.., fused_vt)).
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s);
 
+// The fused pass with the state owned by warps (chunk_fused_warp.cu): 16-bit, K in {64, 128}, o set,
+// hs / vnew / U_lo null, V a multiple of fused_vt. launch_state runs it where it applies.
+bool fused_warp_applies(int dtype, const StateParams& p);
+cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
+
 }  // namespace linattn::cuda::kern

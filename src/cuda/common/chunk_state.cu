@@ -671,6 +671,7 @@ std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt, bool ra
 }
 
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s) {
+  if (fused_warp_applies(dtype, p)) return launch_fused_warp(dtype, p, s);
   switch (dtype) {
     case 0: return launch_k<__half>(p, smem, s);
     case 1: return launch_k<__nv_bfloat16>(p, smem, s);

@@ -1,0 +1,313 @@
+// The forward's sequential pass with the state owned by warps (16-bit compute, K <= 128):
+//   per chunk  V_new = U - W S,  O = Qg S + Aqk V_new,  S = exp(γ_C) S + KgT V_new
+// one CTA of 4 warps per (sequence, value head, V tile); warp w owns all K rows of the tile's
+// columns [w CPW, (w + 1) CPW) as float32 mma C fragments in registers.
+//
+// Why: chunk_fused_kernel (chunk_state.cu) spreads the state tile over 8 warps, so each product
+// needs the other warps' S or V_new: S and V_new go through shared memory every chunk, with three
+// barriers, and the pass was latency-bound at ~3.5 µs a chunk (0.45-0.5 ms of the reference
+// forward). Here every product a warp needs from S or V_new is its own: their B fragments come
+// from its C fragments by an 8x8 transpose in registers (movmatrix), so a chunk costs two
+// barriers (the stage handoff) and no shared-memory traffic for S or V_new. Only the chunk's
+// operands (W, Qg, KgT, Aqk, U, exp(γ_C)) are staged, double-buffered by cp.async, and read by
+// ldmatrix. Raw-row mode (GDN, scalar gate) reads raw q / k rows and their row factors instead
+// of Qg / KgT, as chunk_fused_kernel does.
+#include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/copy.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/config/limits.hpp"
+
+namespace linattn::cuda::kern {
+namespace {
+
+constexpr int kC = config::kChunk;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+template <class T, int K, int VT>
+struct WarpLayout {
+  static constexpr int P = 16 / static_cast<int>(sizeof(T));
+  static constexpr int ldw = K + P;    // W, Qg (or raw q) rows [64][K]; raw k rows [64][K] at kt_off
+  static constexpr int ldkt = kC + P;  // KgT rows [K][64]
+  static constexpr int lda = kC + P;   // Aqk rows [64][64]
+  static constexpr int ldu = VT + P;   // U rows [64][VT]
+  static constexpr int es = sizeof(T);
+  static constexpr int w_off = 0;
+  static constexpr int q_off = w_off + kC * ldw * es;
+  static constexpr int kt_off = q_off + kC * ldw * es;
+  static constexpr int a_off = kt_off + K * ldkt * es;
+  static constexpr int u_off = a_off + kC * lda * es;
+  static constexpr int ge_off = u_off + kC * ldu * es;
+  static constexpr int rf_off = ge_off + K * 4;  // row factors [2][64] (raw-row mode)
+  static constexpr int stage = rf_off + 2 * kC * 4;
+  static constexpr int total = 2 * stage;
+  static_assert(kC * ldw <= K * ldkt, "raw k rows fit KgT's area");
+};
+
+// The 8x8 16-bit matrix whose row g, columns 2t, 2t+1 this lane holds, transposed (same layout).
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// B fragments (m16n8k16: k = the C tile's rows, n = its columns) of a 16 x 8 C fragment tile.
+template <class T>
+__device__ __forceinline__ void c_to_b(uint32_t (&b)[2], const float (&c)[4], float s0 = 1.f, float s1 = 1.f) {
+  b[0] = transpose8x8(pack2<T>(c[0] * s0, c[1] * s0));
+  b[1] = transpose8x8(pack2<T>(c[2] * s1, c[3] * s1));
+}
+
+template <class T, int K, int VT>
+__global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const StateParams p) {
+  using Lay = WarpLayout<T, K, VT>;
+  constexpr int CPW = VT / kWarps;  // columns a warp owns
+  constexpr int NI = CPW / 8;
+  constexpr int MK = K / 16;        // 16-row blocks of the state
+  constexpr int MT = kC / 16;       // 16-token blocks of a chunk
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int V = p.V, HV = p.HV;
+  const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wc0 = warp * CPW;  // the warp's first column within the tile
+  const SeqInfo si = p.seqs[n];
+  const int nch = (si.len + kC - 1) / kC;
+  const bool rows = p.q_raw != nullptr;
+  const int hk = hv / p.G;
+
+  const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
+  auto sidx = [&](int kk, int vv) -> int64_t {
+    return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
+  };
+  // element e of C fragment (mk, ni): state row, column (absolute)
+  auto srow = [&](int mk, int e) { return 16 * mk + g + (e >= 2 ? 8 : 0); };
+  auto scol = [&](int ni, int e) { return v0 + wc0 + 8 * ni + 2 * t + (e & 1); };
+
+  float S[MK][NI][4];
+#pragma unroll
+  for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        S[mk][ni][e] = p.h0 ? load_state(p.h0, p.h0_dt, state_base + sidx(srow(mk, e), scol(ni, e))) : 0.f;
+
+  const T* Wg = static_cast<const T*>(p.W);
+  const T* Ug = static_cast<const T*>(p.U);
+  const T* Qgg = static_cast<const T*>(p.Qg);
+  const T* KTg = static_cast<const T*>(p.KgT);
+  const T* Ag = static_cast<const T*>(p.Aqk);
+
+  auto issue = [&](int ci) {
+    unsigned char* st = smem + (ci & 1) * Lay::stage;
+    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+    tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
+    if (rows) {
+      const int valid = min(kC, si.len - ci * kC);
+      const int64_t rs = static_cast<int64_t>(p.H) * K;
+      const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * K;
+      tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
+                                          static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
+      tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
+                                          static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
+      tile_copy<float, 1, 2 * kC, kThreads>(reinterpret_cast<float*>(st + Lay::rf_off), 2 * kC,
+                                            p.rowfac + blk * 2 * kC, 2 * kC, tid);
+    } else {
+      tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, tid);
+      tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
+    }
+    tile_copy<T, kC, kC, kThreads>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, tid);
+    tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
+    tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
+    cp_commit();
+  };
+
+  if (nch > 0) issue(0);
+  for (int ci = 0; ci < nch; ++ci) {
+    const int t0 = si.t0 + ci * kC;
+    const int Lc = min(kC, si.len - ci * kC);
+
+    if (p.h) {  // state before chunk c
+      const int64_t hb = (static_cast<int64_t>(si.chunk0 + ci) * HV + hv) * K * V;
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) store_state(p.h, p.h_dt, hb + sidx(srow(mk, e), scol(ni, e)), S[mk][ni][e]);
+    }
+
+    __syncthreads();  // every warp is done with stage (ci + 1) & 1 (chunk ci - 1's operands)
+    if (ci + 1 < nch) {
+      issue(ci + 1);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();  // chunk ci's operands, from every thread's copies
+    const unsigned char* st = smem + (ci & 1) * Lay::stage;
+    const T* Ws = reinterpret_cast<const T*>(st + Lay::w_off);
+    const T* Qs = reinterpret_cast<const T*>(st + Lay::q_off);
+    const T* KTs = reinterpret_cast<const T*>(st + Lay::kt_off);
+    const T* As = reinterpret_cast<const T*>(st + Lay::a_off);
+    const T* Us = reinterpret_cast<const T*>(st + Lay::u_off);
+    const float* gex = reinterpret_cast<const float*>(st + Lay::ge_off);
+    const float* rf = reinterpret_cast<const float*>(st + Lay::rf_off);
+
+    // S as B fragments (k = state row, n = column): the warp's own C fragments, transposed
+    uint32_t Sb[MK][NI][2];
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) c_to_b<T>(Sb[mk][ni], S[mk][ni]);
+
+    // V_new = U - W S
+    float Vn[MT][NI][4];
+    zero_acc(Vn);
+#pragma unroll
+    for (int kb = 0; kb < MK; ++kb) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+        ldsm_a(a, Ws, Lay::ldw, 16 * mt, 16 * kb);
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) mma16<T>(Vn[mt][ni], a, Sb[kb][ni]);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
+          Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]) - Vn[mt][ni][e];
+        }
+    // V_new as B fragments (k = token): for O, and (times the row factors in raw-row mode) for S
+    uint32_t Vb[MT][NI][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) c_to_b<T>(Vb[mt][ni], Vn[mt][ni]);
+
+    // O = Qg S + Aqk V_new (skipped when o is null: not reached, the caller requires o)
+    {
+      float Oc[MT][NI][4];
+      zero_acc(Oc);
+#pragma unroll
+      for (int kb = 0; kb < MK; ++kb) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          uint32_t a[4];
+          ldsm_a(a, Qs, Lay::ldw, 16 * mt, 16 * kb);
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma16<T>(Oc[mt][ni], a, Sb[kb][ni]);
+        }
+      }
+      if (rows) {  // raw q rows: Qg's row factor on the product
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float f0 = rf[16 * mt + g], f1 = rf[16 * mt + g + 8];
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            Oc[mt][ni][0] *= f0; Oc[mt][ni][1] *= f0;
+            Oc[mt][ni][2] *= f1; Oc[mt][ni][3] *= f1;
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int kb = 0; kb <= mt; ++kb) {  // Aqk is lower triangular (diagonal included)
+          uint32_t a[4];
+          ldsm_a(a, As, Lay::lda, 16 * mt, 16 * kb);
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma16<T>(Oc[mt][ni], a, Vb[kb][ni]);
+        }
+      }
+      T* og = static_cast<T*>(p.o);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = 16 * mt + g + 8 * hh, vv = v0 + wc0 + 8 * ni + 2 * t;
+            if (i < Lc) {
+              store2<T>(og + (static_cast<int64_t>(t0 + i) * HV + hv) * V + vv, Oc[mt][ni][2 * hh],
+                        Oc[mt][ni][2 * hh + 1]);
+            }
+          }
+    }
+
+    // S = exp(γ_C) S + KgT V_new   (raw-row mode: kᵀ (f ⊙ V_new))
+    if (rows) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float f0 = rf[kC + 16 * mt + g], f1 = rf[kC + 16 * mt + g + 8];
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) c_to_b<T>(Vb[mt][ni], Vn[mt][ni], f0, f1);
+      }
+    }
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk) {
+      const float d0 = gex[16 * mk + g], d1 = gex[16 * mk + g + 8];
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        S[mk][ni][0] *= d0; S[mk][ni][1] *= d0;
+        S[mk][ni][2] *= d1; S[mk][ni][3] *= d1;
+      }
+    }
+#pragma unroll
+    for (int kb = 0; kb < MT; ++kb) {
+#pragma unroll
+      for (int mk = 0; mk < MK; ++mk) {
+        uint32_t a[4];
+        if (rows) ldsm_a_k(a, KTs, Lay::ldw, 16 * mk, 16 * kb);  // kᵀ from token-major k rows
+        else ldsm_a(a, KTs, Lay::ldkt, 16 * mk, 16 * kb);
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) mma16<T>(S[mk][ni], a, Vb[kb][ni]);
+      }
+    }
+  }
+
+  if (p.ht) {
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          store_state(p.ht, p.ht_dt, state_base + sidx(srow(mk, e), scol(ni, e)), S[mk][ni][e]);
+  }
+}
+
+template <class T, int K, int VT>
+cudaError_t launch_vt(const StateParams& p, cudaStream_t s) {
+  auto kernel = chunk_fused_warp_kernel<T, K, VT>;
+  constexpr int smem = WarpLayout<T, K, VT>::total;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(p.V / VT, p.HV, p.N);
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_t(const StateParams& p, cudaStream_t s) {
+  if (p.K == 64) return p.fused_vt == 64 ? launch_vt<T, 64, 64>(p, s) : launch_vt<T, 64, 32>(p, s);
+  return p.fused_vt == 64 ? launch_vt<T, 128, 64>(p, s) : launch_vt<T, 128, 32>(p, s);
+}
+
+}  // namespace
+
+bool fused_warp_applies(int dtype, const StateParams& p) {
+  return (dtype == 0 || dtype == 1) && (p.K == 64 || p.K == 128) && p.o != nullptr && p.hs == nullptr &&
+         p.vnew == nullptr && p.U_lo == nullptr && (p.fused_vt == 64 || p.fused_vt == 32) && p.V % p.fused_vt == 0;
+}
+
+cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s) {
+  return dtype == 0 ? launch_t<__half>(p, s) : launch_t<__nv_bfloat16>(p, s);
+}
+
+}  // namespace linattn::cuda::kern

@@ -1,17 +1,16 @@
 // The forward's sequential pass with the state owned by warps (16-bit compute, K <= 128):
 //   per chunk  V_new = U - W S,  O = Qg S + Aqk V_new,  S = exp(γ_C) S + KgT V_new
-// one CTA of 4 warps per (sequence, value head, V tile); warp w owns all K rows of the tile's
-// columns [w CPW, (w + 1) CPW) as float32 mma C fragments in registers.
+// one CTA of 8 warps per (sequence, value head, V tile); warp (c, h) owns rows [h K/2, (h+1) K/2)
+// of the tile's columns [c VT/4, (c+1) VT/4) as float32 mma C fragments in registers.
 //
-// Why: chunk_fused_kernel (chunk_state.cu) spreads the state tile over 8 warps, so each product
-// needs the other warps' S or V_new: S and V_new go through shared memory every chunk, with three
-// barriers, and the pass was latency-bound at ~3.5 µs a chunk (0.45-0.5 ms of the reference
-// forward). Here every product a warp needs from S or V_new is its own: their B fragments come
-// from its C fragments by an 8x8 transpose in registers (movmatrix), so a chunk costs two
-// barriers (the stage handoff) and no shared-memory traffic for S or V_new. Only the chunk's
-// operands (W, Qg, KgT, Aqk, U, exp(γ_C)) are staged, double-buffered by cp.async, and read by
-// ldmatrix. Raw-row mode (GDN, scalar gate) reads raw q / k rows and their row factors instead
-// of Qg / KgT, as chunk_fused_kernel does.
+// Why: chunk_fused_kernel (chunk_state.cu) spreads the state tile over its warps so that each
+// product needs the other warps' S or V_new: both go through shared memory every chunk, with
+// three barriers. Here every B operand a warp needs from S or V_new comes from its own C
+// fragments by an 8x8 transpose in registers (movmatrix); the two warps of a column group (the
+// two halves of K) exchange only their partial sums of W S and Qg S (one pair barrier), and each
+// finalises half of O's rows. The chunk's operands (W, Qg, KgT, Aqk, U, exp(γ_C)) are staged,
+// double-buffered by cp.async, and read by ldmatrix. Raw-row mode (GDN, scalar gate) reads raw
+// q / k rows and their row factors instead of Qg / KgT, as chunk_fused_kernel does.
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
@@ -21,7 +20,7 @@ namespace linattn::cuda::kern {
 namespace {
 
 constexpr int kC = config::kChunk;
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;  // 4 column groups x 2 halves of K
 constexpr int kThreads = 32 * kWarps;
 
 template <class T, int K, int VT>
@@ -40,7 +39,11 @@ struct WarpLayout {
   static constexpr int ge_off = u_off + kC * ldu * es;
   static constexpr int rf_off = ge_off + K * 4;  // row factors [2][64] (raw-row mode)
   static constexpr int stage = rf_off + 2 * kC * 4;
-  static constexpr int total = 2 * stage;
+  // partial sums exchanged by the two K halves of a column group, in C fragment order:
+  // W S [4 groups][2 halves][64 x VT/4], and the Qg S rows the other half finalises [..][32 x VT/4]
+  static constexpr int vx_off = 2 * stage;
+  static constexpr int ox_off = vx_off + 4 * 2 * kC * (VT / 4) * 4;
+  static constexpr int total = ox_off + 4 * 2 * (kC / 2) * (VT / 4) * 4;
   static_assert(kC * ldw <= K * ldkt, "raw k rows fit KgT's area");
 };
 
@@ -61,31 +64,38 @@ __device__ __forceinline__ void c_to_b(uint32_t (&b)[2], const float (&c)[4], fl
 template <class T, int K, int VT>
 __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const StateParams p) {
   using Lay = WarpLayout<T, K, VT>;
-  constexpr int CPW = VT / kWarps;  // columns a warp owns
+  constexpr int CPW = VT / 4;     // columns of a column group
   constexpr int NI = CPW / 8;
-  constexpr int MK = K / 16;        // 16-row blocks of the state
-  constexpr int MT = kC / 16;       // 16-token blocks of a chunk
+  constexpr int KH = K / 2;       // state rows a warp owns
+  constexpr int MKH = KH / 16;    // their 16-row blocks
+  constexpr int MT = kC / 16;     // 16-token blocks of a chunk
+  constexpr int NF = MT * NI;     // C fragments of a 64 x CPW tile
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV;
   const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wc0 = warp * CPW;  // the warp's first column within the tile
+  const int grp = warp & 3, half = warp >> 2;
+  const int wc0 = grp * CPW;   // the group's first column within the tile
+  const int kr0 = half * KH;   // the warp's first state row
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   const bool rows = p.q_raw != nullptr;
   const int hk = hv / p.G;
+  float4* vx = reinterpret_cast<float4*>(smem + Lay::vx_off);  // [grp][half][NF][32]
+  float4* ox = reinterpret_cast<float4*>(smem + Lay::ox_off);  // [grp][half][NF / 2][32]
+  auto pair_sync = [&]() { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + grp) : "memory"); };
 
   const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
   auto sidx = [&](int kk, int vv) -> int64_t {
     return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
   };
   // element e of C fragment (mk, ni): state row, column (absolute)
-  auto srow = [&](int mk, int e) { return 16 * mk + g + (e >= 2 ? 8 : 0); };
+  auto srow = [&](int mk, int e) { return kr0 + 16 * mk + g + (e >= 2 ? 8 : 0); };
   auto scol = [&](int ni, int e) { return v0 + wc0 + 8 * ni + 2 * t + (e & 1); };
 
-  float S[MK][NI][4];
+  float S[MKH][NI][4];
 #pragma unroll
-  for (int mk = 0; mk < MK; ++mk)
+  for (int mk = 0; mk < MKH; ++mk)
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
@@ -130,14 +140,15 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
     if (p.h) {  // state before chunk c
       const int64_t hb = (static_cast<int64_t>(si.chunk0 + ci) * HV + hv) * K * V;
 #pragma unroll
-      for (int mk = 0; mk < MK; ++mk)
+      for (int mk = 0; mk < MKH; ++mk)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) store_state(p.h, p.h_dt, hb + sidx(srow(mk, e), scol(ni, e)), S[mk][ni][e]);
     }
 
-    __syncthreads();  // every warp is done with stage (ci + 1) & 1 (chunk ci - 1's operands)
+    // every warp is done with stage (ci + 1) & 1 and with the exchange buffers of chunk ci - 1
+    __syncthreads();
     if (ci + 1 < nch) {
       issue(ci + 1);
       cp_wait<1>();
@@ -155,34 +166,62 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
     const float* rf = reinterpret_cast<const float*>(st + Lay::rf_off);
 
     // S as B fragments (k = state row, n = column): the warp's own C fragments, transposed
-    uint32_t Sb[MK][NI][2];
+    uint32_t Sb[MKH][NI][2];
 #pragma unroll
-    for (int mk = 0; mk < MK; ++mk)
+    for (int mk = 0; mk < MKH; ++mk)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) c_to_b<T>(Sb[mk][ni], S[mk][ni]);
 
-    // V_new = U - W S
-    float Vn[MT][NI][4];
-    zero_acc(Vn);
+    // partial W S and Qg S over this warp's half of K
+    float P[MT][NI][4], Q[MT][NI][4];
+    zero_acc(P);
+    zero_acc(Q);
 #pragma unroll
-    for (int kb = 0; kb < MK; ++kb) {
+    for (int kb = 0; kb < MKH; ++kb) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        uint32_t a[4];
-        ldsm_a(a, Ws, Lay::ldw, 16 * mt, 16 * kb);
+        uint32_t a[4], b[4];
+        ldsm_a(a, Ws, Lay::ldw, 16 * mt, kr0 + 16 * kb);
+        ldsm_a(b, Qs, Lay::ldw, 16 * mt, kr0 + 16 * kb);
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) mma16<T>(Vn[mt][ni], a, Sb[kb][ni]);
+        for (int ni = 0; ni < NI; ++ni) {
+          mma16<T>(P[mt][ni], a, Sb[kb][ni]);
+          mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
+        }
       }
     }
+    // exchange with the other half: all of W S, and the Qg S rows the other half finalises
+    // (this half finalises O's token blocks 2 half, 2 half + 1)
+    {
+      float4* mine_v = vx + (grp * 2 + half) * NF * 32;
+      float4* mine_o = ox + (grp * 2 + half) * (NF / 2) * 32;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
-          Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]) - Vn[mt][ni][e];
+        for (int ni = 0; ni < NI; ++ni) {
+          mine_v[(mt * NI + ni) * 32 + lane] = make_float4(P[mt][ni][0], P[mt][ni][1], P[mt][ni][2], P[mt][ni][3]);
+          if ((mt >> 1) != half)
+            mine_o[((mt & 1) * NI + ni) * 32 + lane] = make_float4(Q[mt][ni][0], Q[mt][ni][1], Q[mt][ni][2], Q[mt][ni][3]);
         }
+    }
+    pair_sync();
+    float Vn[MT][NI][4];
+    {
+      const float4* other_v = vx + (grp * 2 + (1 - half)) * NF * 32;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const float4 x = other_v[(mt * NI + ni) * 32 + lane];
+          const float xo[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
+            // the same sum in both halves (addition commutes bitwise): V_new agrees exactly
+            Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]) - (P[mt][ni][e] + xo[e]);
+          }
+        }
+    }
     // V_new as B fragments (k = token): for O, and (times the row factors in raw-row mode) for S
     uint32_t Vb[MT][NI][2];
 #pragma unroll
@@ -190,57 +229,47 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) c_to_b<T>(Vb[mt][ni], Vn[mt][ni]);
 
-    // O = Qg S + Aqk V_new (skipped when o is null: not reached, the caller requires o)
+    // O rows of token blocks 2 half + j: Qg S (both halves' partials) + Aqk V_new
     {
-      float Oc[MT][NI][4];
-      zero_acc(Oc);
-#pragma unroll
-      for (int kb = 0; kb < MK; ++kb) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          uint32_t a[4];
-          ldsm_a(a, Qs, Lay::ldw, 16 * mt, 16 * kb);
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) mma16<T>(Oc[mt][ni], a, Sb[kb][ni]);
-        }
-      }
-      if (rows) {  // raw q rows: Qg's row factor on the product
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const float f0 = rf[16 * mt + g], f1 = rf[16 * mt + g + 8];
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-            Oc[mt][ni][0] *= f0; Oc[mt][ni][1] *= f0;
-            Oc[mt][ni][2] *= f1; Oc[mt][ni][3] *= f1;
-          }
-        }
-      }
+      const float4* other_o = ox + (grp * 2 + (1 - half)) * (NF / 2) * 32;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
+        if ((mt >> 1) != half) continue;  // (static indices into Q: no local-memory copy)
+        const int j = mt & 1;
+        float Oc[NI][4];
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const float4 x = other_o[(j * NI + ni) * 32 + lane];
+          const float xo[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) Oc[ni][e] = Q[mt][ni][e] + xo[e];
+          if (rows) {  // raw q rows: Qg's row factor on the product
+            const float f0 = rf[16 * mt + g], f1 = rf[16 * mt + g + 8];
+            Oc[ni][0] *= f0; Oc[ni][1] *= f0;
+            Oc[ni][2] *= f1; Oc[ni][3] *= f1;
+          }
+        }
 #pragma unroll
         for (int kb = 0; kb <= mt; ++kb) {  // Aqk is lower triangular (diagonal included)
           uint32_t a[4];
           ldsm_a(a, As, Lay::lda, 16 * mt, 16 * kb);
 #pragma unroll
-          for (int ni = 0; ni < NI; ++ni) mma16<T>(Oc[mt][ni], a, Vb[kb][ni]);
+          for (int ni = 0; ni < NI; ++ni) mma16<T>(Oc[ni], a, Vb[kb][ni]);
         }
-      }
-      T* og = static_cast<T*>(p.o);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        T* og = static_cast<T*>(p.o);
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int i = 16 * mt + g + 8 * hh, vv = v0 + wc0 + 8 * ni + 2 * t;
             if (i < Lc) {
-              store2<T>(og + (static_cast<int64_t>(t0 + i) * HV + hv) * V + vv, Oc[mt][ni][2 * hh],
-                        Oc[mt][ni][2 * hh + 1]);
+              store2<T>(og + (static_cast<int64_t>(t0 + i) * HV + hv) * V + vv, Oc[ni][2 * hh], Oc[ni][2 * hh + 1]);
             }
           }
+      }
     }
 
-    // S = exp(γ_C) S + KgT V_new   (raw-row mode: kᵀ (f ⊙ V_new))
+    // S = exp(γ_C) S + KgT V_new over this warp's rows   (raw-row mode: kᵀ (f ⊙ V_new))
     if (rows) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -250,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       }
     }
 #pragma unroll
-    for (int mk = 0; mk < MK; ++mk) {
-      const float d0 = gex[16 * mk + g], d1 = gex[16 * mk + g + 8];
+    for (int mk = 0; mk < MKH; ++mk) {
+      const float d0 = gex[kr0 + 16 * mk + g], d1 = gex[kr0 + 16 * mk + g + 8];
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
         S[mk][ni][0] *= d0; S[mk][ni][1] *= d0;
@@ -261,10 +290,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
 #pragma unroll
     for (int kb = 0; kb < MT; ++kb) {
 #pragma unroll
-      for (int mk = 0; mk < MK; ++mk) {
+      for (int mk = 0; mk < MKH; ++mk) {
         uint32_t a[4];
-        if (rows) ldsm_a_k(a, KTs, Lay::ldw, 16 * mk, 16 * kb);  // kᵀ from token-major k rows
-        else ldsm_a(a, KTs, Lay::ldkt, 16 * mk, 16 * kb);
+        if (rows) ldsm_a_k(a, KTs, Lay::ldw, kr0 + 16 * mk, 16 * kb);  // kᵀ from token-major k rows
+        else ldsm_a(a, KTs, Lay::ldkt, kr0 + 16 * mk, 16 * kb);
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) mma16<T>(S[mk][ni], a, Vb[kb][ni]);
       }
@@ -273,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
 
   if (p.ht) {
 #pragma unroll
-    for (int mk = 0; mk < MK; ++mk)
+    for (int mk = 0; mk < MKH; ++mk)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll

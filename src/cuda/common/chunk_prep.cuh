@@ -386,40 +386,41 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     for (int I = 0; I < 4; ++I) {
       const int r = 16 * I, nb = r + 16;
       const float* gr = gam + r * ldg;
-      const int total = (nb + 32) << lq;
-      for (int e = tid; e < total; e += kPrepThreads) {
-        const int row = e >> lq, d = (e & ((1 << lq) - 1)) << 2;
-        float x[4], f[4];
-        T* dst;
-        if (row < nb) {  // B rows
-          const int j = row;
-          load4(ks + j * ldk + d, x);
-          const float s = rk[j];
-          const float4 a = *reinterpret_cast<const float4*>(gr + d);
-          const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
-          f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
-          f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
-          dst = Bst + j * ldk + d;
-        } else {  // A rows: k (row - nb < 16) or q
-          const int ii = row - nb, i = r + (ii & 15);
-          float s;
-          if (ii < 16) {
-            load4(ks + i * ldk + d, x);
-            s = rk[i];
-          } else {
-            if (i < qrows) load4(qsrc + static_cast<int64_t>(i) * ldq + d, x);
-            else x[0] = x[1] = x[2] = x[3] = 0.f;
-            s = rq[i];
-          }
-          const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
-          const float4 b = *reinterpret_cast<const float4*>(gr + d);
-          f[0] = s * __expf(a.x - b.x); f[1] = s * __expf(a.y - b.y);
-          f[2] = s * __expf(a.z - b.z); f[3] = s * __expf(a.w - b.w);
-          dst = Ast + ii * ldk + d;
+      // A thread keeps one 4-wide column slot d for every row it stages (kPrepThreads is a multiple
+      // of K / 4), so the reference row's gates are loaded once per row block, and the B rows and
+      // the A rows run as two loops without a per-element branch.
+      const int d = (tid & ((1 << lq) - 1)) << 2;
+      const int rstep = kPrepThreads >> lq;
+      const float4 gref = *reinterpret_cast<const float4*>(gr + d);
+      for (int j = tid >> lq; j < nb; j += rstep) {  // B rows: k̂_j e^{γ_r-γ_j}
+        float x[4];
+        load4(ks + j * ldk + d, x);
+        const float s = rk[j];
+        const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
+        x[0] *= s * __expf(gref.x - b.x);
+        x[1] *= s * __expf(gref.y - b.y);
+        x[2] *= s * __expf(gref.z - b.z);
+        x[3] *= s * __expf(gref.w - b.w);
+        store4(Bst + j * ldk + d, x);
+      }
+      for (int ii = tid >> lq; ii < 32; ii += rstep) {  // A rows: k̂_i e^{γ_i-γ_r} (ii < 16), then q̂_i
+        const int i = r + (ii & 15);
+        float x[4];
+        float s;
+        if (ii < 16) {
+          load4(ks + i * ldk + d, x);
+          s = rk[i];
+        } else {
+          if (i < qrows) load4(qsrc + static_cast<int64_t>(i) * ldq + d, x);
+          else x[0] = x[1] = x[2] = x[3] = 0.f;
+          s = rq[i];
         }
-#pragma unroll
-        for (int m = 0; m < 4; ++m) x[m] *= f[m];
-        store4(dst, x);
+        const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
+        x[0] *= s * __expf(a.x - gref.x);
+        x[1] *= s * __expf(a.y - gref.y);
+        x[2] *= s * __expf(a.z - gref.z);
+        x[3] *= s * __expf(a.w - gref.w);
+        store4(Ast + ii * ldk + d, x);
       }
       __syncthreads();
       for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {

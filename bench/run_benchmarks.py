@@ -76,6 +76,8 @@ def environment(args, ours: impls.Impl, fla: impls.Impl, device: torch.device) -
                                bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], REPO))),
         "fla_version": fla.version,
         "fla_commit": args.fla_commit or os.environ.get("FLA_COMMIT") or "unknown",
+        # FLA's own Triton kernels, not the optional backends its registry may dispatch to
+        "fla_backend_dispatch_disabled": os.environ.get("FLA_DISABLE_BACKEND_DISPATCH"),
     }
     try:
         import triton  # noqa: PLC0415
@@ -414,6 +416,10 @@ def main(argv=None) -> int:
             ours.missing[fam] = "not run (--no-ours)"
     else:
         ours, linattn_mod = impls.load_linattn(args.linattn_path)
+    # The baseline is FLA's own kernels: its backend registry (FlashKDA, FlashQLA, ...) stays off
+    # unless the caller set the variable otherwise; the report prints the setting.
+    os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+    print(f"FLA_DISABLE_BACKEND_DISPATCH={os.environ['FLA_DISABLE_BACKEND_DISPATCH']}", flush=True)
     fla = impls.load_fla(args.fla_path) if not args.no_fla else impls.Impl("FLA")
     if args.no_fla:
         for fam in problems.FAMILIES:

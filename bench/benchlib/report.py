@@ -119,6 +119,9 @@ def write_markdown(doc: dict, path: str) -> None:
         ("PyTorch", env.get("pytorch")),
         ("Triton", env.get("triton")),
         ("FLA", f"{env.get('fla_version') or 'not importable'}, commit {env.get('fla_commit')}"),
+        ("FLA's optional backends", "disabled (FLA_DISABLE_BACKEND_DISPATCH=1): FLA's own Triton kernels"
+         if env.get("fla_backend_dispatch_disabled") == "1" else
+         f"FLA_DISABLE_BACKEND_DISPATCH={env.get('fla_backend_dispatch_disabled')}"),
         ("linattn", f"{env.get('linattn_version') or 'not importable'}, commit "
                     f"{(env.get('linattn_commit') or '?')[:12]}"
                     + (" + uncommitted changes" if env.get("linattn_tree_dirty") else "")),

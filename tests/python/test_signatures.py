@@ -27,7 +27,7 @@ FLA_SIGNATURES = {
          ("allow_neg_eigval", False), ("safe_gate", False), ("lower_bound", None),
          ("disable_recompute", False), ("return_intermediate_states", False),
          ("state_v_first", False), ("cu_seqlens", None), ("cu_seqlens_cpu", None),
-         ("cp_context", None)],
+         ("cp_context", None), ("use_graph", False), ("max_num_seqs", None)],
         True,
     ),
     "fused_recurrent_kda": (

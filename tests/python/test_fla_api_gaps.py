@@ -1,0 +1,182 @@
+"""Arguments flash-linear-attention 0.6.0 accepts and linattn once refused (issue #18): gate
+parameters of any shape with their element count, float16 / bfloat16 initial states, q/k/v of
+different float dtypes, safe_gate without lower_bound, FLA's chunk sizes, and ``h`` in FLA's
+dtype. Each test compares against the plain float32 call, so an accepted-but-wrong result fails."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import linattn  # noqa: E402
+
+from helpers import assert_close, make_inputs  # noqa: E402
+
+
+def _kda_gate_inputs(HV_shape_fn, dt_shape_fn):
+    t, _ = make_inputs("kda", B=2, T=70, H=2, K=16, V=16, use_gate_in_kernel=True)
+    HV, K = t["v"].shape[2], t["q"].shape[3]
+    A_log = t["A_log"].reshape(HV_shape_fn(HV))
+    dt_bias = t["dt_bias"].reshape(dt_shape_fn(HV, K))
+    return t, A_log, dt_bias
+
+
+@pytest.mark.parametrize("a_shape,dt_shape", [
+    (lambda hv: (1, 1, hv, 1), lambda hv, k: (hv, k)),   # FLA's test_kda uses A_log [1, 1, H, 1]
+    (lambda hv: (hv, 1), lambda hv, k: (1, 1, hv, k)),
+])
+def test_kda_gate_parameters_of_any_shape(a_shape, dt_shape):
+    t, A_log, dt_bias = _kda_gate_inputs(a_shape, dt_shape)
+    base = dict(use_gate_in_kernel=True, initial_state=t["initial_state"], output_final_state=True)
+    ref_o, ref_ht = linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], A_log=t["A_log"],
+                                      dt_bias=t["dt_bias"], **base)
+    A_log = A_log.clone().requires_grad_()
+    dt_bias = dt_bias.clone().requires_grad_()
+    o, ht = linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], A_log=A_log,
+                              dt_bias=dt_bias, **base)
+    torch.testing.assert_close(o, ref_o, rtol=0, atol=0)
+    torch.testing.assert_close(ht, ref_ht, rtol=0, atol=0)
+    (o.sum() + ht.sum()).backward()
+    assert A_log.grad.shape == A_log.shape and dt_bias.grad.shape == dt_bias.shape
+    # fused_recurrent (decode path under no_grad) takes the same shapes
+    with torch.no_grad():
+        o1, _ = linattn.fused_recurrent_kda(t["q"][:, :4], t["k"][:, :4], t["v"][:, :4], t["g"][:, :4],
+                                            t["beta"][:, :4], A_log=A_log, dt_bias=dt_bias,
+                                            use_gate_in_kernel=True)
+        r1, _ = linattn.fused_recurrent_kda(t["q"][:, :4], t["k"][:, :4], t["v"][:, :4], t["g"][:, :4],
+                                            t["beta"][:, :4], A_log=t["A_log"], dt_bias=t["dt_bias"],
+                                            use_gate_in_kernel=True)
+    torch.testing.assert_close(o1, r1, rtol=0, atol=0)
+
+
+def test_gdn_gate_parameters_of_any_shape():
+    t, _ = make_inputs("gdn", B=1, T=40, H=2, K=16, V=16, use_gate_in_kernel=True)
+    HV = t["v"].shape[2]
+    ref, _ = linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], use_gate_in_kernel=True,
+                               A_log=t["A_log"], dt_bias=t["dt_bias"])
+    o, _ = linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], use_gate_in_kernel=True,
+                             A_log=t["A_log"].reshape(1, 1, HV, 1), dt_bias=t["dt_bias"].reshape(1, HV))
+    torch.testing.assert_close(o, ref, rtol=0, atol=0)
+
+
+def test_gate_parameter_with_wrong_element_count_is_refused():
+    t, _ = make_inputs("kda", B=1, T=8, H=2, K=8, V=8, use_gate_in_kernel=True)
+    with pytest.raises(ValueError, match="A_log must hold HV = 2 elements"):
+        linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], use_gate_in_kernel=True,
+                          A_log=torch.zeros(1, 1, 3, 1))
+    with pytest.raises(ValueError, match="dt_bias must hold HV \\* K = 16 elements"):
+        linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], use_gate_in_kernel=True,
+                          A_log=t["A_log"], dt_bias=torch.zeros(2))
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn", "gla", "simple_gla"])
+@pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_initial_state(family, state_dtype):
+    t, opts = make_inputs(family, B=2, T=70, H=2, K=16, V=16)
+    h0 = t["initial_state"].to(state_dtype).requires_grad_()
+    fn = {"kda": linattn.chunk_kda, "gdn": linattn.chunk_gdn, "gla": linattn.chunk_gla,
+          "simple_gla": linattn.chunk_simple_gla}[family]
+    rest = {n: x for n, x in t.items() if n not in ("q", "k", "v", "initial_state")}
+    o, ht = fn(t["q"], t["k"], t["v"], initial_state=h0, output_final_state=True, **rest, **opts)
+    h32 = h0.detach().float().requires_grad_()
+    ro, rht = fn(t["q"], t["k"], t["v"], initial_state=h32, output_final_state=True, **rest, **opts)
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    assert ht.dtype == torch.float32  # final states stay float32, as in FLA
+    (o.square().sum() + ht.sum()).backward()
+    (ro.square().sum() + rht.sum()).backward()
+    assert h0.grad.dtype == state_dtype
+    torch.testing.assert_close(h0.grad, h32.grad.to(state_dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn", "gla", "simple_gla"])
+def test_mixed_qkv_dtypes(family):
+    # FLA's tests pass float32 q/k with a float16 v; o comes back in v's dtype.
+    t, opts = make_inputs(family, B=2, T=70, H=2, K=16, V=16)
+    fn = {"kda": linattn.chunk_kda, "gdn": linattn.chunk_gdn, "gla": linattn.chunk_gla,
+          "simple_gla": linattn.chunk_simple_gla}[family]
+    rest = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    v16 = t["v"].half().requires_grad_()
+    q = t["q"].clone().requires_grad_()
+    o, _ = fn(q, t["k"], v16, **rest, **opts)
+    assert o.dtype == torch.float16
+    ro, _ = fn(t["q"], t["k"], v16.detach().float(), **rest, **opts)
+    torch.testing.assert_close(o, ro.half(), rtol=0, atol=0)
+    o.float().sum().backward()
+    assert v16.grad.dtype == torch.float16 and q.grad.dtype == torch.float32
+
+
+def test_mixed_dtypes_fused_recurrent_with_out():
+    t, _ = make_inputs("gdn", B=2, T=3, H=2, K=16, V=16)
+    v16 = t["v"].half()
+    out = torch.full_like(v16, float("nan"))
+    with torch.no_grad():
+        o, _ = linattn.fused_recurrent_gdn(t["q"], t["k"], v16, g=t["g"], beta=t["beta"], out=out)
+        ro, _ = linattn.fused_recurrent_gdn(t["q"], t["k"], v16.float(), g=t["g"], beta=t["beta"])
+    assert o is out
+    torch.testing.assert_close(o, ro.half(), rtol=0, atol=0)
+
+
+def test_safe_gate_without_lower_bound():
+    # FLA: a caller-computed g promised safe needs no bound (the default -5 applies) ...
+    t, _ = make_inputs("kda", B=1, T=70, H=2, K=16, V=16)
+    g = t["g"].clamp(-5, 0)
+    o, _ = linattn.chunk_kda(t["q"], t["k"], t["v"], g, t["beta"], safe_gate=True)
+    ro, _ = linattn.chunk_kda(t["q"], t["k"], t["v"], g, t["beta"], safe_gate=True, lower_bound=-5.0)
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    # ... while the in-kernel safe gate needs the bound it applies (FLA raises ValueError too).
+    with pytest.raises(ValueError, match="lower_bound"):
+        linattn.chunk_kda(t["q"], t["k"], t["v"], g, t["beta"], safe_gate=True,
+                          use_gate_in_kernel=True, A_log=torch.zeros(2))
+    # fused_recurrent_kda accepts safe_gate and ignores it, as FLA's does
+    with torch.no_grad():
+        o1, _ = linattn.fused_recurrent_kda(t["q"], t["k"], t["v"], g, t["beta"], safe_gate=True)
+        r1, _ = linattn.fused_recurrent_kda(t["q"], t["k"], t["v"], g, t["beta"])
+    torch.testing.assert_close(o1, r1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn_name,family,accepted,refused", [
+    ("chunk_kda", "kda", [32, 64], [16, 128]),
+    ("chunk_gated_delta_rule", "gdn", [16, 32, 64], [8, 128]),
+    ("chunk_simple_gla", "simple_gla", [16, 32, 64, 128], [48, 0]),
+])
+def test_fla_chunk_sizes(fn_name, family, accepted, refused):
+    t, opts = make_inputs(family, B=1, T=70, H=2, K=16, V=16)
+    fn = getattr(linattn, fn_name)
+    rest = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ref, _ = fn(t["q"], t["k"], t["v"], **rest, **opts)
+    for cs in accepted:
+        o, _ = fn(t["q"], t["k"], t["v"], chunk_size=cs, **rest, **opts)
+        torch.testing.assert_close(o, ref, rtol=0, atol=0)
+    for cs in refused:
+        with pytest.raises(ValueError, match="`chunk_size` must be"):
+            fn(t["q"], t["k"], t["v"], chunk_size=cs, **rest, **opts)
+    # h is at 64-token boundaries: another chunk size with h is refused, naming the fix
+    with pytest.raises(NotImplementedError, match="chunk_size=64"):
+        fn(t["q"], t["k"], t["v"], chunk_size=32, return_intermediate_states=True, **rest, **opts)
+
+
+def test_fla_kda_invalid_chunk_size_message():
+    # FLA's own test_chunk_invalid_chunk_size matches this text
+    t, _ = make_inputs("kda", B=1, T=8, H=1, K=8, V=8)
+    with pytest.raises(ValueError, match=r"`chunk_size` must be either 32 or 64"):
+        linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], chunk_size=16)
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn", "gla", "simple_gla"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_intermediate_states_in_fla_dtype(family, dtype):
+    t, opts = make_inputs(family, B=1, T=130, H=2, K=16, V=16, dtype=dtype)
+    fn = {"kda": linattn.chunk_kda, "gdn": linattn.chunk_gdn, "gla": linattn.chunk_gla,
+          "simple_gla": linattn.chunk_simple_gla}[family]
+    rest = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    with torch.inference_mode():
+        _, _, h = fn(t["q"], t["k"], t["v"], return_intermediate_states=True, **rest, **opts)
+        _, _, h32 = fn(t["q"], t["k"], t["v"], return_intermediate_states=True,
+                       intermediate_states_dtype=torch.float32, **rest, **opts)
+    assert h.dtype == dtype  # FLA: h in k's dtype
+    assert h32.dtype == torch.float32
+    torch.testing.assert_close(h, h32.to(dtype), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="intermediate_states_dtype"):
+        fn(t["q"], t["k"], t["v"], return_intermediate_states=True, intermediate_states_dtype=torch.int32,
+           **rest, **opts)

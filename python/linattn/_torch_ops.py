@@ -12,6 +12,7 @@ public functions turn them back into None.
 
 from __future__ import annotations
 
+import threading
 from typing import List, Optional, Tuple
 
 import torch
@@ -357,6 +358,14 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if scale is not None:
         scale = _scale_value(fn_name, scale)
 
+    if _VALIDATE_ONLY.active:
+        _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state,
+                             cu_seqlens, cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel,
+                             use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                             safe_gate, lower_bound, state_v_first, disable_recompute,
+                             backward_precision)
+        raise ValidatedOnly()
+
     o, fs, h, _ = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
@@ -381,3 +390,46 @@ def _scale_value(fn_name, scale) -> float:
 
 def _cc(t):
     return None if t is None else t.contiguous()
+
+
+# --------------------------------------------------------------------------- validation only
+class ValidatedOnly(Exception):
+    """Raised by :func:`run_forward` under :func:`validate_only` once every rule has passed."""
+
+
+class _ValidateOnlyState(threading.local):
+    active = False
+
+
+_VALIDATE_ONLY = _ValidateOnlyState()
+
+
+class validate_only:
+    """Within this context a public function checks its arguments by every rule a real call
+    applies (Python and C++, with the tensors' data where a rule reads it, e.g. cu_seqlens) and
+    then raises :class:`ValidatedOnly` instead of computing. ``linattn.fla``'s verifiers use it,
+    so that they accept exactly what linattn runs."""
+
+    def __enter__(self):
+        self.prev = _VALIDATE_ONLY.active
+        _VALIDATE_ONLY.active = True
+        return self
+
+    def __exit__(self, *exc):
+        _VALIDATE_ONLY.active = self.prev
+        return False
+
+
+def _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                         cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first,
+                         disable_recompute, bwd_precision):
+    inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
+               A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
+               cu_seqlens=_c(cu_seqlens),
+               cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
+    opt = _options(scale, l2, gate, bsig, neg, safe, None if lb is None else float(lb), v_first,
+                   bwd_precision)
+    opt.disable_recompute = bool(disable_recompute)
+    with _device_guard(q):
+        _C.forward_workspace_size(family, **inp, options=opt)
+        _C.backward_workspace_size(family, **inp, options=opt)

@@ -19,7 +19,7 @@ from ._decode import run_decode, selects_decode
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
-__all__ = ["chunk_kda", "fused_recurrent_kda"]
+__all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
 
 _KDA = FAMILIES["kda"]
 
@@ -260,3 +260,49 @@ def fused_recurrent_kda(
         safe_gate=False, lower_bound=lower_bound, state_v_first=state_v_first,
         output_final_state=output_final_state, fn_name=name)
     return finish_output(o, o_dtype, None), fs
+
+
+def fused_recurrent_kda_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    A_log: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    output_final_state: bool = False,
+    inplace_final_state: bool = True,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    ssm_state_indices: Optional[torch.Tensor] = None,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: Optional[float] = None,
+    out: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""FLA's serving entry point ``fla.ops.kda.fused_recurrent_kda_fwd`` (same arguments and
+    defaults; note ``inplace_final_state=True``): the forward of :func:`fused_recurrent_kda`
+    without autograd, e.g. one decode step over a state pool (``initial_state`` with
+    ``ssm_state_indices``), updated in place.
+
+    Returns:
+        ``(o, final_state)``: with ``inplace_final_state`` the updated ``initial_state`` itself.
+    """
+    if inplace_final_state and initial_state is None:
+        raise ValueError("fused_recurrent_kda_fwd: inplace_final_state=True (the default) needs initial_state, "
+                         "the states to update; pass inplace_final_state=False for a new final state")
+    with torch.no_grad():
+        return fused_recurrent_kda(
+            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, scale=scale, initial_state=initial_state,
+            output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, state_v_first=state_v_first,
+            cu_seqlens=cu_seqlens, inplace_final_state=inplace_final_state,
+            ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, out=out,
+            **kwargs)

@@ -117,8 +117,12 @@ Status check_float(const char* name, const TensorView& t) {
 
 Status check_state_dtype(const char* name, const TensorView& t) {
   if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat64) {
+    const bool half = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16;
     return Status::Invalid(std::string(name) + " must be float32 (or float64), got " +
-                           dtype_name(t.dtype));
+                           dtype_name(t.dtype) +
+                           (half ? " (convert it to float32; linattn's PyTorch functions do so for "
+                                   "a 16-bit initial_state, as FLA's kernels read it)"
+                                 : ""));
   }
   return Status::Ok();
 }
@@ -253,7 +257,9 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   LINATTN_TRY(check_tensor("v", in.v, {B, T, HV, V}, dev));
   if (in.v.dtype != in.q.dtype) {
     return Status::Invalid(std::string("v must have the dtype of q (") + dtype_name(in.q.dtype) + "), got " +
-                           dtype_name(in.v.dtype));
+                           dtype_name(in.v.dtype) +
+                           " (this interface takes one dtype: convert v; linattn's PyTorch functions "
+                           "accept mixed float dtypes as FLA does)");
   }
   if (HV % H != 0) {
     return Status::Invalid("the value head count HV = " + std::to_string(HV) +

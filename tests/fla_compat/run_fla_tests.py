@@ -45,15 +45,15 @@ def log(msg: str) -> None:
 
 def install_fla(site: Path) -> None:
     """fla-core from PyPI (pure Python) and einops, into ``site`` only."""
-    marker = site / f".fla-core-{FLA_VERSION}"
+    marker = site / f".fla-{FLA_VERSION}"
     if marker.exists():
         return
+    # flash-linear-attention adds FLA's layers (used by the GPU-only layer test); both are pure
+    # Python, and --no-deps keeps transformers & co. out.
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-           "--target", str(site), f"fla-core=={FLA_VERSION}", "einops"]
-    wheel = os.environ.get("LINATTN_FLA_WHEEL")  # an already downloaded fla_core wheel (offline)
-    if wheel:
-        cmd[-2] = wheel
-    log("installing " + " ".join(cmd[-2:]) + f" into {site}")
+           "--target", str(site), f"fla-core=={FLA_VERSION}", f"flash-linear-attention=={FLA_VERSION}",
+           "einops"]
+    log("installing " + " ".join(cmd[-3:]) + f" into {site}")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"pip could not install fla-core=={FLA_VERSION}: {r.stderr.strip()[-500:]}")

@@ -89,3 +89,24 @@ def test_backend_can_be_disabled(monkeypatch):
     assert not lfla.LinattnBackend().is_enabled()
     monkeypatch.setenv("FLA_LINATTN", "1")
     assert lfla.LinattnBackend().is_enabled()
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or not torch.cuda.is_available(),
+                    reason="FLA's layers need Triton kernels (short convolution, gated norm) that run on GPUs only")
+def test_fla_kda_layer_runs_on_linattn(monkeypatch):
+    layers = pytest.importorskip("fla.layers")
+    torch.manual_seed(0)
+    layer = layers.KimiDeltaAttention(hidden_size=256, head_dim=64, num_heads=4).to("cuda", torch.bfloat16)
+    x = torch.randn(2, 192, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    before = lfla.calls["chunk_kda"]
+    y = layer(x)[0]
+    y.float().square().mean().backward()
+    assert lfla.calls["chunk_kda"] == before + 1
+    gx = x.grad.clone()
+    x.grad = None
+    monkeypatch.setenv("FLA_LINATTN", "0")  # FLA's own kernels
+    y_fla = layer(x)[0]
+    y_fla.float().square().mean().backward()
+    assert lfla.calls["chunk_kda"] == before + 1
+    rel = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()  # noqa: E731
+    assert rel(y, y_fla) < 1e-2 and rel(gx, x.grad) < 2e-2

@@ -180,3 +180,43 @@ def test_intermediate_states_in_fla_dtype(family, dtype):
     with pytest.raises(ValueError, match="intermediate_states_dtype"):
         fn(t["q"], t["k"], t["v"], return_intermediate_states=True, intermediate_states_dtype=torch.int32,
            **rest, **opts)
+
+
+def test_validate_only_checks_everything_and_computes_nothing():
+    # linattn.fla's verifiers: accepted exactly when a real call would run
+    from linattn._torch_ops import ValidatedOnly, validate_only
+
+    t, _ = make_inputs("gdn", B=1, T=40, H=2, K=16, V=16)
+    with validate_only():
+        with pytest.raises(ValidatedOnly):
+            linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], chunk_size=16)
+        with pytest.raises(ValueError, match="cu_seqlens"):  # read by the C++ validation
+            linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], cu_seqlens=torch.tensor([0, 30]))
+        with pytest.raises(ValueError, match="`chunk_size` must be"):
+            linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], chunk_size=8)
+    # outside the context the same call computes again
+    o, _ = linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], chunk_size=16)
+    assert o.shape == t["v"].shape
+
+
+def test_fused_recurrent_kda_fwd_updates_a_state_pool_in_place():
+    # FLA's serving entry point (vLLM-style): one token per sequence, states in a pool
+    t, _ = make_inputs("kda", B=1, T=3, H=2, K=16, V=16, initial_state=False)
+    pool = torch.randn(5, 2, 16, 16)
+    idx = torch.tensor([4, 0, 2], dtype=torch.int32)
+    cu = torch.arange(4, dtype=torch.int32)
+    pool_before = pool.clone()
+    o, fs = linattn.fused_recurrent_kda_fwd(t["q"], t["k"], t["v"], t["g"], t["beta"], initial_state=pool,
+                                            cu_seqlens=cu, ssm_state_indices=idx)
+    assert fs is pool
+    for n, slot in enumerate(idx.tolist()):
+        sl = slice(n, n + 1)
+        ro, rht = linattn.fused_recurrent_kda(t["q"][:, sl], t["k"][:, sl], t["v"][:, sl], t["g"][:, sl],
+                                              t["beta"][:, sl], initial_state=pool_before[slot:slot + 1],
+                                              output_final_state=True)
+        torch.testing.assert_close(o[:, sl], ro, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(pool[slot], rht[0], rtol=1e-5, atol=1e-6)
+    for slot in (1, 3):  # untouched
+        torch.testing.assert_close(pool[slot], pool_before[slot], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="inplace_final_state"):
+        linattn.fused_recurrent_kda_fwd(t["q"], t["k"], t["v"], t["g"], t["beta"])

@@ -38,6 +38,16 @@ FLA_SIGNATURES = {
          ("state_v_first", False), ("cu_seqlens", None)],
         True,
     ),
+    "fused_recurrent_kda_fwd": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("g", REQ), ("beta", REQ), ("A_log", None),
+         ("dt_bias", None), ("initial_state", None), ("scale", None), ("output_final_state", False),
+         ("inplace_final_state", True), ("state_v_first", False), ("cu_seqlens", None),
+         ("ssm_state_indices", None), ("num_accepted_tokens", None),
+         ("use_qk_l2norm_in_kernel", False), ("use_gate_in_kernel", False),
+         ("use_beta_sigmoid_in_kernel", False), ("allow_neg_eigval", False), ("lower_bound", None),
+         ("out", None)],
+        True,
+    ),
     "chunk_gated_delta_rule": (
         [("q", REQ), ("k", REQ), ("v", REQ), ("g", REQ), ("beta", REQ), ("scale", None),
          ("initial_state", None), ("output_final_state", False), ("use_qk_l2norm_in_kernel", False),
@@ -86,6 +96,7 @@ FLA_KWARGS = {
 FLA_FILES = {
     "chunk_kda": "kda/chunk.py",
     "fused_recurrent_kda": "kda/fused_recurrent.py",
+    "fused_recurrent_kda_fwd": "kda/fused_recurrent.py",
     "chunk_gated_delta_rule": "gated_delta_rule/chunk.py",
     "fused_recurrent_gated_delta_rule": "gated_delta_rule/fused_recurrent.py",
     "chunk_gla": "gla/chunk.py",

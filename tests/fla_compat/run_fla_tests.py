@@ -89,6 +89,8 @@ def copy_tests(src: Path, work: Path) -> Path:
     if not (src / "ops").is_dir():
         raise RuntimeError(f"{src} is not FLA's tests/ directory (no ops/ in it)")
     dest = work / "fla-tests-local" / "tests"
+    if src.resolve() == dest.resolve():  # a copy made by an earlier run (e.g. carried to a GPU machine)
+        return dest
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
@@ -107,7 +109,7 @@ def main() -> int:
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --), e.g. -k varlen")
     args = ap.parse_args()
 
-    work = Path(args.work)
+    work = Path(args.work).resolve()
     site = work / "site"
     try:
         install_fla(site)

@@ -12,11 +12,12 @@ from typing import Optional
 
 import torch
 
-from ._args import align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32
+from ._args import (align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32, state_layout,
+                    take_kwargs)
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
-__all__ = ["chunk_gla"]
+__all__ = ["chunk_gla", "fused_recurrent_gla"]
 
 _GLA = FAMILIES["gla"]
 
@@ -85,3 +86,42 @@ def chunk_gla(
     if return_intermediate_states:
         return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
     return o, fs
+
+
+def fused_recurrent_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gk: Optional[torch.Tensor] = None,
+    gv: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    reverse: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""GLA with FLA's ``fused_recurrent_gla`` interface: the same function as :func:`chunk_gla`
+    (the chunked kernels, with autograd) with the per-key decay ``gk: [B, T, H, K]`` (None: no
+    decay). FLA's per-value decay ``gv`` and ``reverse=True`` (right-to-left) are not supported
+    (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    name = "fused_recurrent_gla"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
+    if gv is not None:
+        raise NotImplementedError(f"{name}: the per-value decay gv is not supported by linattn; "
+                                  "pass the per-key decay gk (chunk_gla's g)")
+    if reverse:
+        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
+                                  "linattn; for equal-length sequences flip q, k, v, gk along T and flip o back")
+    if gk is None and isinstance(k, torch.Tensor):
+        gk = torch.zeros(k.shape, dtype=torch.float64 if k.dtype == torch.float64 else torch.float32,
+                         device=k.device)
+    return chunk_gla(q, k, v, gk, scale=scale, initial_state=initial_state,
+                     output_final_state=output_final_state, state_v_first=state_v_first,
+                     cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"])

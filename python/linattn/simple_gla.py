@@ -16,11 +16,11 @@ from typing import Optional
 import torch
 
 from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, intermediate_states_as,
-                    refuse_head_first, state_in_float32, take_kwargs)
+                    refuse_head_first, state_in_float32, state_layout, take_kwargs)
 from ._torch_ops import run_forward
 from .ops import FAMILIES
 
-__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla"]
+__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla"]
 
 _SGLA = FAMILIES["simple_gla"]
 
@@ -124,4 +124,39 @@ def fused_chunk_simple_gla(
         _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         output_final_state=output_final_state, fn_name="fused_chunk_simple_gla")
+    return finish_output(o, o_dtype, None), fs
+
+
+def fused_recurrent_simple_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    g_gamma: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    reverse: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""Simple GLA with FLA's ``fused_recurrent_simple_gla`` interface: the same function as
+    :func:`chunk_simple_gla` (the chunked kernels, with autograd). ``reverse=True`` is not
+    supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    name = "fused_recurrent_simple_gla"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
+    if reverse:
+        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
+                                  "linattn; for equal-length sequences flip q, k, v, g along T and flip o back")
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    o, fs, _ = run_forward(
+        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
+        cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"], scale=scale,
+        state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
     return finish_output(o, o_dtype, None), fs

@@ -44,6 +44,8 @@ SUBSTITUTES = {
     "chunk_gla": ("chunk_gla", "chunk"),
     "chunk_simple_gla": ("chunk_simple_gla", "chunk"),
     "fused_chunk_simple_gla": ("fused_chunk_simple_gla", "chunk"),
+    "fused_recurrent_gla": ("fused_recurrent_gla", "fused_recurrent"),
+    "fused_recurrent_simple_gla": ("fused_recurrent_simple_gla", "fused_recurrent"),
 }
 
 _LINATTN_DIR = None  # the installed linattn package directory (for classifying refusals)

@@ -220,3 +220,27 @@ def test_fused_recurrent_kda_fwd_updates_a_state_pool_in_place():
         torch.testing.assert_close(pool[slot], pool_before[slot], rtol=0, atol=0)
     with pytest.raises(ValueError, match="inplace_final_state"):
         linattn.fused_recurrent_kda_fwd(t["q"], t["k"], t["v"], t["g"], t["beta"])
+
+
+def test_fused_recurrent_gla_and_simple_gla():
+    # FLA's fused_recurrent_{gla,simple_gla}: the chunked functions under FLA's names/arguments
+    t, _ = make_inputs("gla", B=2, T=40, H=2, K=16, V=16)
+    o, ht = linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gk=t["g"], initial_state=t["initial_state"],
+                                        output_final_state=True)
+    ro, rht = linattn.chunk_gla(t["q"], t["k"], t["v"], t["g"], initial_state=t["initial_state"],
+                                output_final_state=True)
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    torch.testing.assert_close(ht, rht, rtol=0, atol=0)
+    o, _ = linattn.fused_recurrent_gla(t["q"], t["k"], t["v"])  # no decay
+    ro, _ = linattn.chunk_gla(t["q"], t["k"], t["v"], torch.zeros_like(t["g"]))
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="gv"):
+        linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gv=torch.zeros_like(t["v"]))
+    with pytest.raises(NotImplementedError, match="reverse"):
+        linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gk=t["g"], reverse=True)
+    s, _ = make_inputs("simple_gla", B=2, T=40, H=2, K=16, V=16, g_gamma=True)
+    o, _ = linattn.fused_recurrent_simple_gla(s["q"], s["k"], s["v"], g=s["g"], g_gamma=s["g_gamma"])
+    ro, _ = linattn.chunk_simple_gla(s["q"], s["k"], s["v"], g=s["g"], g_gamma=s["g_gamma"])
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="reverse"):
+        linattn.fused_recurrent_simple_gla(s["q"], s["k"], s["v"], g=s["g"], reverse=True)

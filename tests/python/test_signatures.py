@@ -76,6 +76,18 @@ FLA_SIGNATURES = {
          ("cu_seqlens", None), ("cu_seqlens_cpu", None)],
         True,
     ),
+    "fused_recurrent_gla": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("gk", None), ("gv", None), ("scale", None),
+         ("initial_state", None), ("output_final_state", False), ("reverse", False),
+         ("state_v_first", False), ("cu_seqlens", None)],
+        True,
+    ),
+    "fused_recurrent_simple_gla": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("g", None), ("g_gamma", None), ("scale", None),
+         ("initial_state", None), ("output_final_state", False), ("reverse", False),
+         ("state_v_first", False), ("cu_seqlens", None)],
+        True,
+    ),
     "fused_chunk_simple_gla": (
         [("q", REQ), ("k", REQ), ("v", REQ), ("g", None), ("g_gamma", None), ("scale", None),
          ("initial_state", None), ("output_final_state", False), ("cu_seqlens", None)],
@@ -102,6 +114,8 @@ FLA_FILES = {
     "chunk_gla": "gla/chunk.py",
     "chunk_simple_gla": "simple_gla/chunk.py",
     "fused_chunk_simple_gla": "simple_gla/fused_chunk.py",
+    "fused_recurrent_gla": "gla/fused_recurrent.py",
+    "fused_recurrent_simple_gla": "simple_gla/fused_recurrent.py",
 }
 
 FLA_ROOT = Path(__file__).resolve().parents[2] / "third_party_ref" / "fla" / "ops"

@@ -106,6 +106,9 @@ def main() -> int:
                     help="where FLA is installed and its tests cached")
     ap.add_argument("--files", default=",".join(TEST_FILES), help="comma-separated test files under tests/")
     ap.add_argument("--report", default=None, help="JSON report path (default: <work>/report-<device>.json)")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="install FLA and get its tests into --work, then stop (to carry them to a "
+                         "machine without network, e.g. the GPU machine: scripts/make_device_bundle.sh)")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --), e.g. -k varlen")
     args = ap.parse_args()
 
@@ -117,6 +120,9 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - any reason the inputs are unavailable is reported as such
         log(f"SKIPPED: FLA {FLA_VERSION} or its tests cannot be obtained here: {e}")
         return SKIP_EXIT
+    if args.prepare_only:
+        log(f"prepared: FLA in {site}, its tests in {tests}")
+        return 0
     files = [str(tests / f) for f in args.files.split(",") if f]
     missing = [f for f in files if not Path(f).is_file()]
     if missing:

@@ -114,8 +114,10 @@ def chunk_kda(
         use_graph, max_num_seqs: FLA's fixed-shape varlen mode for graph capture; not
             supported (``use_graph`` must be False; :func:`fused_recurrent_kda`'s decode path
             is graph-capturable).
-        A_log: ``[HV]`` gate parameter for ``use_gate_in_kernel``.
-        dt_bias: ``[HV * K]`` gate bias for ``use_gate_in_kernel`` (optional).
+        A_log: gate parameter for ``use_gate_in_kernel``, ``HV`` elements in any shape (``[HV]``,
+            ``[1, 1, HV, 1]``, ...; FLA reads it with ``.view``); its gradient has its shape.
+        dt_bias: gate bias for ``use_gate_in_kernel`` (optional), ``HV * K`` elements in any
+            shape (``[HV * K]``, ``[HV, K]``, ...).
         chunk_size: 32 or 64, as in FLA (any other value raises ``ValueError``); the
             function computed is the same, linattn runs 64-token chunks.
         backward_precision: the CUDA backward's compute form (above; ``linattn.ops.BACKWARD_PRECISIONS``).

@@ -433,3 +433,55 @@ def _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, init
     with _device_guard(q):
         _C.forward_workspace_size(family, **inp, options=opt)
         _C.backward_workspace_size(family, **inp, options=opt)
+
+
+# --------------------------------------------------------------------------- K > 256 (GLA family)
+MAX_HEAD_K = 256
+
+
+def _k_parts(K: int):
+    """Slices of the key dimension, 256 wide and then the rest (320 = 256 + 64: sizes the CUDA
+    kernels run)."""
+    return [slice(a, min(a + MAX_HEAD_K, K)) for a in range(0, K, MAX_HEAD_K)]
+
+
+def run_forward_split_k(family: int, q, k, v, *, g=None, g_per_key=False, initial_state=None,
+                        scale=None, state_v_first=False, output_final_state=False,
+                        return_intermediate_states=False, **rest):
+    """:func:`run_forward` for GLA and simple GLA, also for head size K > 256 (FLA accepts it).
+
+    Without the delta rule the recurrence is separable along the key dimension: each key slice
+    has its own state rows (GLA's decay is per key channel, simple GLA's shared), and
+    ``o = scale * S^T q`` is the sum of the slices' outputs. So a K > 256 call runs as slices of
+    at most 256 keys (with the full K's default scale), its outputs summed in float32 and its
+    states concatenated along K. Anything else about the call is left to :func:`run_forward`'s
+    validation, which also explains a K > 256 it cannot split (e.g. malformed shapes)."""
+    K = q.shape[-1] if isinstance(q, Tensor) and q.dim() == 4 else 0
+    splittable = (
+        K > MAX_HEAD_K and isinstance(k, Tensor) and k.shape == q.shape and isinstance(v, Tensor)
+        and v.dim() == 4 and (not g_per_key or (isinstance(g, Tensor) and g.dim() == 4 and g.shape[-1] == K))
+        and (initial_state is None or (isinstance(initial_state, Tensor) and initial_state.dim() == 4
+                                       and initial_state.shape[-1 if state_v_first else -2] == K)))
+    if not splittable:
+        return run_forward(family, q, k, v, g=g, initial_state=initial_state, scale=scale,
+                           state_v_first=state_v_first, output_final_state=output_final_state,
+                           return_intermediate_states=return_intermediate_states, **rest)
+    if scale is None:
+        scale = K ** -0.5
+    key_dim = -1 if state_v_first else -2  # of the states [N, HV, K, V] / [N, HV, V, K]
+    o_sum, states, hs = None, [], []
+    for part in _k_parts(K):
+        h0 = None if initial_state is None else (
+            initial_state[..., part] if state_v_first else initial_state[..., part, :])
+        o, fs, h = run_forward(
+            family, q[..., part], k[..., part], v, g=g[..., part] if g_per_key else g,
+            initial_state=h0, scale=scale, state_v_first=state_v_first,
+            output_final_state=output_final_state,
+            return_intermediate_states=return_intermediate_states, **rest)
+        o_sum = o.float() if o_sum is None else o_sum + o.float()
+        states.append(fs)
+        hs.append(h)
+    o = o_sum.to(v.dtype)
+    fs = torch.cat(states, dim=key_dim) if output_final_state else None
+    h = torch.cat(hs, dim=key_dim) if return_intermediate_states else None
+    return o, fs, h

@@ -50,9 +50,10 @@ def test_device_mismatch(kda):
 
 
 def test_not_supported_is_not_implemented_error(kda):
+    # (GLA and simple GLA split K > 256 into slices; the delta rule cannot be split)
     with pytest.raises(NotImplementedError, match="K = 300"):
         q = torch.randn(1, 4, 1, 300)
-        linattn.chunk_gla(q, q, torch.randn(1, 4, 1, 8), torch.zeros(1, 4, 1, 300))
+        linattn.chunk_kda(q, q, torch.randn(1, 4, 1, 8), torch.zeros(1, 4, 1, 300), torch.rand(1, 4, 1))
     # lower_bound is a KDA option: chunk_gdn has no such parameter, and the C++ core refuses
     # it for GDN with NotSupported
     t, _ = make_inputs("gdn", B=1, T=8, K=8, V=8, use_gate_in_kernel=True)

@@ -244,3 +244,47 @@ def test_fused_recurrent_gla_and_simple_gla():
     torch.testing.assert_close(o, ro, rtol=0, atol=0)
     with pytest.raises(NotImplementedError, match="reverse"):
         linattn.fused_recurrent_simple_gla(s["q"], s["k"], s["v"], g=s["g"], reverse=True)
+
+
+def _naive_gla(q, k, v, g, h0, scale):
+    # float64 recurrence: S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t
+    S = h0.clone()
+    outs = []
+    for t in range(q.shape[1]):
+        S = torch.exp(g[:, t])[..., None] * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return torch.stack(outs, 1), S
+
+
+@pytest.mark.parametrize("family", ["gla", "simple_gla"])
+@pytest.mark.parametrize("v_first", [False, True])
+def test_gla_head_size_above_256(family, v_first):
+    # FLA's test_gla runs K = 320; without the delta rule linattn splits K into slices of <= 256
+    gen = torch.Generator().manual_seed(0)
+    B, T, H, K, V = 1, 20, 2, 320, 16
+    rn = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, k, v, h0 = rn(B, T, H, K), rn(B, T, H, K) * 0.1, rn(B, T, H, V), rn(B, H, K, V) * 0.1
+    if family == "gla":
+        g = torch.nn.functional.logsigmoid(rn(B, T, H, K)) / 4
+        g_full = g
+    else:
+        g = torch.nn.functional.logsigmoid(rn(B, T, H)) / 4
+        g_full = g[..., None].expand(B, T, H, K)
+    xs = [x.clone().requires_grad_() for x in (q, k, v, g, h0)]
+    h0_in = xs[4].transpose(-1, -2) if v_first else xs[4]
+    fn = linattn.chunk_gla if family == "gla" else linattn.chunk_simple_gla
+    o, ht = fn(xs[0], xs[1], xs[2], xs[3], initial_state=h0_in, output_final_state=True, state_v_first=v_first)
+    ro, rht = _naive_gla(q, k, v, g_full, h0, K ** -0.5)
+    assert_close("o", o, ro, torch.float64)
+    assert_close("ht", ht.transpose(-1, -2) if v_first else ht, rht, torch.float64)
+    (o.square().sum() + ht.sum()).backward()
+    ys = [x.clone().requires_grad_() for x in (q, k, v, g, h0)]
+    gy = ys[3] if family == "gla" else ys[3][..., None].expand(B, T, H, K)
+    ro, rht = _naive_gla(ys[0], ys[1], ys[2], gy, ys[4], K ** -0.5)
+    (ro.square().sum() + rht.sum()).backward()
+    for name, x, y in zip(("dq", "dk", "dv", "dg", "dh0"), xs, ys):
+        assert_close(name, x.grad, y.grad, torch.float64)
+    with torch.inference_mode():
+        _, _, h = fn(q, k, v, g, initial_state=h0, return_intermediate_states=True)
+    assert h.shape == (B, 1, H, K, V)
+    torch.testing.assert_close(h[:, 0], h0)

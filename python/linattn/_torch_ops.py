@@ -435,53 +435,72 @@ def _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, init
         _C.backward_workspace_size(family, **inp, options=opt)
 
 
-# --------------------------------------------------------------------------- K > 256 (GLA family)
-MAX_HEAD_K = 256
+# --------------------------------------------------------------------------- head sizes > 256
+MAX_HEAD_SIZE = 256
 
 
-def _k_parts(K: int):
-    """Slices of the key dimension, 256 wide and then the rest (320 = 256 + 64: sizes the CUDA
+def _parts(n: int):
+    """Slices of a head dimension, 256 wide and then the rest (320 = 256 + 64: sizes the CUDA
     kernels run)."""
-    return [slice(a, min(a + MAX_HEAD_K, K)) for a in range(0, K, MAX_HEAD_K)]
+    return [slice(a, min(a + MAX_HEAD_SIZE, n)) for a in range(0, n, MAX_HEAD_SIZE)]
 
 
-def run_forward_split_k(family: int, q, k, v, *, g=None, g_per_key=False, initial_state=None,
-                        scale=None, state_v_first=False, output_final_state=False,
-                        return_intermediate_states=False, **rest):
-    """:func:`run_forward` for GLA and simple GLA, also for head size K > 256 (FLA accepts it).
+def _is4(t) -> bool:
+    return isinstance(t, Tensor) and t.dim() == 4
 
-    Without the delta rule the recurrence is separable along the key dimension: each key slice
-    has its own state rows (GLA's decay is per key channel, simple GLA's shared), and
-    ``o = scale * S^T q`` is the sum of the slices' outputs. So a K > 256 call runs as slices of
-    at most 256 keys (with the full K's default scale), its outputs summed in float32 and its
-    states concatenated along K. Anything else about the call is left to :func:`run_forward`'s
-    validation, which also explains a K > 256 it cannot split (e.g. malformed shapes)."""
-    K = q.shape[-1] if isinstance(q, Tensor) and q.dim() == 4 else 0
-    splittable = (
-        K > MAX_HEAD_K and isinstance(k, Tensor) and k.shape == q.shape and isinstance(v, Tensor)
-        and v.dim() == 4 and (not g_per_key or (isinstance(g, Tensor) and g.dim() == 4 and g.shape[-1] == K))
-        and (initial_state is None or (isinstance(initial_state, Tensor) and initial_state.dim() == 4
-                                       and initial_state.shape[-1 if state_v_first else -2] == K)))
-    if not splittable:
-        return run_forward(family, q, k, v, g=g, initial_state=initial_state, scale=scale,
-                           state_v_first=state_v_first, output_final_state=output_final_state,
-                           return_intermediate_states=return_intermediate_states, **rest)
+
+def run_forward_split(family: int, q, k, v, *, g=None, g_per_key=False, split_k=False, initial_state=None,
+                      scale=None, state_v_first=False, output_final_state=False,
+                      return_intermediate_states=False, **rest):
+    """:func:`run_forward`, also for head sizes FLA accepts beyond the kernels' 256.
+
+    Every family's recurrence is separable along the value dimension: column j of the state and
+    of ``o`` only ever meets column j of ``v`` (the delta rule's ``S'^T k`` included). Without the
+    delta rule (``split_k``: GLA, simple GLA) it is separable along the key dimension as well:
+    each key slice has its own state rows and ``o = scale * S^T q`` is the sum of the slices'
+    outputs. So V > 256 runs as value slices (outputs and states concatenated) and, with
+    ``split_k``, K > 256 as key slices (the full K's default scale, outputs summed in float32,
+    states concatenated). A call whose shapes do not fit that is left to :func:`run_forward`,
+    whose validation explains it."""
+    kw = dict(g=g, initial_state=initial_state, scale=scale, state_v_first=state_v_first,
+              output_final_state=output_final_state,
+              return_intermediate_states=return_intermediate_states, **rest)
+    if not (_is4(q) and _is4(k) and _is4(v) and k.shape == q.shape
+            and (initial_state is None or _is4(initial_state))):
+        return run_forward(family, q, k, v, **kw)
+    K, V = q.shape[-1], v.shape[-1]
+    k_axis, v_axis = (-1, -2) if state_v_first else (-2, -1)  # of states [N, HV, K, V] / [N, HV, V, K]
+    if initial_state is not None and (initial_state.shape[k_axis] != K or initial_state.shape[v_axis] != V):
+        return run_forward(family, q, k, v, **kw)
+
+    def state_slice(t, part, axis):
+        if t is None:
+            return None
+        index = [slice(None)] * t.dim()
+        index[axis] = part
+        return t[tuple(index)]
+
+    if V > MAX_HEAD_SIZE:
+        outs = [run_forward_split(family, q, k, v[..., part], g_per_key=g_per_key, split_k=split_k,
+                                  **{**kw, "initial_state": state_slice(initial_state, part, v_axis)})
+                for part in _parts(V)]
+        o = torch.cat([x[0] for x in outs], dim=-1)
+        fs = torch.cat([x[1] for x in outs], dim=v_axis) if output_final_state else None
+        h = torch.cat([x[2] for x in outs], dim=v_axis) if return_intermediate_states else None
+        return o, fs, h
+    if not (split_k and K > MAX_HEAD_SIZE) or (g_per_key and not (_is4(g) and g.shape[-1] == K)):
+        return run_forward(family, q, k, v, **kw)
     if scale is None:
         scale = K ** -0.5
-    key_dim = -1 if state_v_first else -2  # of the states [N, HV, K, V] / [N, HV, V, K]
     o_sum, states, hs = None, [], []
-    for part in _k_parts(K):
-        h0 = None if initial_state is None else (
-            initial_state[..., part] if state_v_first else initial_state[..., part, :])
-        o, fs, h = run_forward(
-            family, q[..., part], k[..., part], v, g=g[..., part] if g_per_key else g,
-            initial_state=h0, scale=scale, state_v_first=state_v_first,
-            output_final_state=output_final_state,
-            return_intermediate_states=return_intermediate_states, **rest)
+    for part in _parts(K):
+        o, fs, h = run_forward(family, q[..., part], k[..., part], v,
+                               **{**kw, "g": g[..., part] if g_per_key else g, "scale": scale,
+                                  "initial_state": state_slice(initial_state, part, k_axis)})
         o_sum = o.float() if o_sum is None else o_sum + o.float()
         states.append(fs)
         hs.append(h)
     o = o_sum.to(v.dtype)
-    fs = torch.cat(states, dim=key_dim) if output_final_state else None
-    h = torch.cat(hs, dim=key_dim) if return_intermediate_states else None
+    fs = torch.cat(states, dim=k_axis) if output_final_state else None
+    h = torch.cat(hs, dim=k_axis) if return_intermediate_states else None
     return o, fs, h

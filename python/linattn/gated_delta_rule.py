@@ -17,7 +17,7 @@ from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, fused_rec
                     intermediate_states_as, refuse, refuse_head_first, state_in_float32, state_layout,
                     take_kwargs)
 from ._decode import run_decode, selects_decode
-from ._torch_ops import run_forward
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gdn", "fused_recurrent_gated_delta_rule",
@@ -126,7 +126,7 @@ def chunk_gated_delta_rule(
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward(
+    o, fs, h = run_forward_split(
         _GDN, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
@@ -232,7 +232,7 @@ def fused_recurrent_gated_delta_rule(
             allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first,
             out=None if o_dtype is not None else out, status=status)
         return finish_output(o, o_dtype, out), fs
-    o, fs, _ = run_forward(
+    o, fs, _ = run_forward_split(
         family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias,
         initial_state=initial_state, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
         scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,

@@ -14,7 +14,7 @@ import torch
 
 from ._args import (align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32, state_layout,
                     take_kwargs)
-from ._torch_ops import run_forward_split_k
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_gla", "fused_recurrent_gla"]
@@ -77,8 +77,9 @@ def chunk_gla(
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward_split_k(
-        _GLA, q, k, v, g=g, g_per_key=True, initial_state=initial_state, cu_seqlens=cu_seqlens,
+    o, fs, h = run_forward_split(
+        _GLA, q, k, v, g=g, g_per_key=True, split_k=True, initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, fn_name=name)

@@ -16,7 +16,7 @@ import torch
 from ._args import (align_qkv_dtypes, check_chunk_size, intermediate_states_as, refuse, refuse_graph_mode,
                     finish_output, fused_recurrent_states, state_in_float32, state_layout, take_kwargs)
 from ._decode import run_decode, selects_decode
-from ._torch_ops import run_forward
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
@@ -152,7 +152,7 @@ def chunk_kda(
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward(
+    o, fs, h = run_forward_split(
         _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
@@ -254,7 +254,7 @@ def fused_recurrent_kda(
             allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, state_v_first=state_v_first,
             out=None if o_dtype is not None else out, status=status)
         return finish_output(o, o_dtype, out), fs
-    o, fs, _ = run_forward(
+    o, fs, _ = run_forward_split(
         _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,

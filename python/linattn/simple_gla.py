@@ -17,7 +17,7 @@ import torch
 
 from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, intermediate_states_as,
                     refuse_head_first, state_in_float32, state_layout, take_kwargs)
-from ._torch_ops import run_forward_split_k
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla"]
@@ -87,8 +87,8 @@ def chunk_simple_gla(
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward_split_k(
-        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
+    o, fs, h = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, fn_name=name)
@@ -120,8 +120,8 @@ def fused_chunk_simple_gla(
         ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
     """
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
-    o, fs, _ = run_forward_split_k(
-        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
+    o, fs, _ = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         output_final_state=output_final_state, fn_name="fused_chunk_simple_gla")
     return finish_output(o, o_dtype, None), fs
@@ -155,8 +155,8 @@ def fused_recurrent_simple_gla(
         raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
                                   "linattn; for equal-length sequences flip q, k, v, g along T and flip o back")
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
-    o, fs, _ = run_forward_split_k(
-        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
+    o, fs, _ = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"], scale=scale,
         state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
     return finish_output(o, o_dtype, None), fs

@@ -257,11 +257,12 @@ def _naive_gla(q, k, v, g, h0, scale):
 
 
 @pytest.mark.parametrize("family", ["gla", "simple_gla"])
-@pytest.mark.parametrize("v_first", [False, True])
-def test_gla_head_size_above_256(family, v_first):
-    # FLA's test_gla runs K = 320; without the delta rule linattn splits K into slices of <= 256
+@pytest.mark.parametrize("v_first,V", [(False, 16), (True, 16), (False, 320), (True, 272)])
+def test_gla_head_size_above_256(family, v_first, V):
+    # FLA's test_gla runs K = V = 320; without the delta rule linattn splits K into slices of
+    # <= 256 (and V, like every family)
     gen = torch.Generator().manual_seed(0)
-    B, T, H, K, V = 1, 20, 2, 320, 16
+    B, T, H, K = 1, 20, 2, 320
     rn = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
     q, k, v, h0 = rn(B, T, H, K), rn(B, T, H, K) * 0.1, rn(B, T, H, V), rn(B, H, K, V) * 0.1
     if family == "gla":
@@ -288,3 +289,43 @@ def test_gla_head_size_above_256(family, v_first):
         _, _, h = fn(q, k, v, g, initial_state=h0, return_intermediate_states=True)
     assert h.shape == (B, 1, H, K, V)
     torch.testing.assert_close(h[:, 0], h0)
+
+
+def _naive_delta(q, k, v, g, beta, h0, scale):
+    # float64 KDA recurrence (GDN: g broadcast over K)
+    S = h0.clone()
+    outs = []
+    for t in range(q.shape[1]):
+        S = torch.exp(g[:, t])[..., None] * S
+        kv = torch.einsum("bhk,bhkv->bhv", k[:, t], S)
+        S = S + beta[:, t, :, None, None] * k[:, t, :, :, None] * (v[:, t] - kv)[:, :, None, :]
+        outs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return torch.stack(outs, 1), S
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn"])
+def test_delta_rule_value_size_above_256(family):
+    # every family is separable along V (column j of S only meets column j of v)
+    gen = torch.Generator().manual_seed(1)
+    B, T, H, K, V = 1, 20, 2, 16, 320
+    rn = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, v, h0 = rn(B, T, H, K), rn(B, T, H, V), rn(B, H, K, V) * 0.1
+    k = torch.nn.functional.normalize(rn(B, T, H, K), dim=-1)
+    beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+    g = torch.nn.functional.logsigmoid(rn(B, T, H, K) if family == "kda" else rn(B, T, H)) / 4
+    xs = [x.clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    fn = linattn.chunk_kda if family == "kda" else linattn.chunk_gdn
+    o, ht = fn(*xs[:5], initial_state=xs[5], output_final_state=True)
+    ys = [x.clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    gy = ys[3] if family == "kda" else ys[3][..., None].expand(B, T, H, K)
+    ro, rht = _naive_delta(ys[0], ys[1], ys[2], gy, ys[4], ys[5], K ** -0.5)
+    assert_close("o", o, ro, torch.float64)
+    assert_close("ht", ht, rht, torch.float64)
+    (o.square().sum() + ht.sum()).backward()
+    (ro.square().sum() + rht.sum()).backward()
+    for name, x, y in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), xs, ys):
+        assert_close(name, x.grad, y.grad, torch.float64)
+    # K > 256 stays refused for the delta rule (not separable along K)
+    with pytest.raises(NotImplementedError, match="K = 300"):
+        fn(torch.randn(1, 4, 1, 300), torch.randn(1, 4, 1, 300), torch.randn(1, 4, 1, 8),
+           torch.zeros(1, 4, 1, 300) if family == "kda" else torch.zeros(1, 4, 1), torch.rand(1, 4, 1))

@@ -49,10 +49,88 @@ SUBSTITUTES = {
     "fused_recurrent_simple_gla": ("fused_recurrent_simple_gla", "fused_recurrent"),
 }
 
+class CPUReferenceUnavailable(RuntimeError):
+    """An FLA reference this CPU adapter cannot express (classified unrunnable)."""
+
+
+def _scaled_q(q, scale):
+    # FLA's naive GLA has no scale argument (it uses K ** -0.5): fold the requested one into q.
+    K = q.shape[-1]
+    return q if scale is None else q * (scale / K ** -0.5)
+
+
+def _per_sequence(run, q, k, v, g, initial_state, cu_seqlens, state_v_first):
+    """FLA's naive recurrences take equal-length batches: run packed sequences one by one."""
+    import torch
+
+    h0 = initial_state.transpose(-1, -2) if (initial_state is not None and state_v_first) else initial_state
+    if cu_seqlens is None:
+        o, ht = run(q, k, v, g, h0)
+    else:
+        bounds = cu_seqlens.tolist()
+        outs, finals = [], []
+        for n in range(len(bounds) - 1):
+            sl = slice(bounds[n], bounds[n + 1])
+            h0_n = None if h0 is None else h0[n:n + 1]
+            if bounds[n + 1] == bounds[n]:
+                outs.append(v[:, sl])
+                finals.append(h0_n if h0_n is not None else q.new_zeros(1, v.shape[2], q.shape[-1], v.shape[-1]))
+                continue
+            o_n, ht_n = run(q[:, sl], k[:, sl], v[:, sl], g[:, sl], h0_n)
+            outs.append(o_n)
+            finals.append(ht_n)
+        o, ht = torch.cat(outs, 1), torch.cat(finals, 0)
+    if ht is not None and state_v_first:
+        ht = ht.transpose(-1, -2)
+    return o, ht
+
+
+def cpu_fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None,
+                            output_final_state=False, reverse=False, state_v_first=False,
+                            cu_seqlens=None, **kwargs):
+    """FLA's fused_recurrent_gla as a reference on CPU, through FLA's naive_recurrent_gla."""
+    import torch
+    from fla.ops.gla.naive import naive_recurrent_gla
+
+    if gv is not None or reverse:
+        raise CPUReferenceUnavailable("no CPU reference for gv / reverse")
+    gk = torch.zeros_like(k, dtype=torch.float32) if gk is None else gk
+    o, ht = _per_sequence(lambda q_, k_, v_, g_, h0: naive_recurrent_gla(q_, k_, v_, g_, h0, True),
+                          _scaled_q(q, scale), k, v, gk, initial_state, cu_seqlens, state_v_first)
+    return o, (ht if output_final_state else None)
+
+
+def cpu_fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                                   output_final_state=False, reverse=False, state_v_first=False,
+                                   cu_seqlens=None, **kwargs):
+    """FLA's fused_recurrent_simple_gla as a reference on CPU, through FLA's naive_recurrent_simple_gla."""
+    import torch
+    from fla.ops.simple_gla.naive import naive_recurrent_simple_gla
+
+    if reverse:
+        raise CPUReferenceUnavailable("no CPU reference for reverse")
+    gate = torch.zeros(v.shape[:3], dtype=torch.float32, device=v.device) if g is None else g.float()
+    if g_gamma is not None:
+        gate = gate + g_gamma.float()
+    o, ht = _per_sequence(
+        lambda q_, k_, v_, g_, h0: naive_recurrent_simple_gla(q_, k_, v_, g_, scale, h0, True),
+        q, k, v, gate, initial_state, cu_seqlens, state_v_first)
+    return o, (ht if output_final_state else None)
+
+
+# On CPU, FLA's Triton references of the families linattn implements are replaced by FLA's naive
+# ones (through the adapters above) in tests where they are not the side under test.
+CPU_REFERENCES = {
+    "fused_recurrent_gla": (cpu_fused_recurrent_gla, "fused_recurrent"),
+    "fused_recurrent_simple_gla": (cpu_fused_recurrent_simple_gla, "fused_recurrent"),
+}
+_DEVICE = {"name": "cpu"}
+
 _LINATTN_DIR = None  # the installed linattn package directory (for classifying refusals)
 _calls: dict[str, int] = defaultdict(int)  # nodeid -> calls that reached linattn
 _current = {"nodeid": None}
 _results: dict[str, dict] = {}
+_cpu_reference: set[str] = set()  # tests whose Triton reference ran as FLA's naive code
 
 
 def pytest_addoption(parser):
@@ -85,7 +163,8 @@ def pytest_configure(config):
     import linattn
 
     _LINATTN_DIR = str(Path(linattn.__file__).resolve().parent)
-    _point_fla_at(config.getoption("--linattn-device"))
+    _DEVICE["name"] = config.getoption("--linattn-device")
+    _point_fla_at(_DEVICE["name"])
 
 
 def _wrap(fla_name: str, fn):
@@ -125,6 +204,12 @@ def pytest_runtest_call(item):
             if kind in kinds and fla_name in vars(module) and hasattr(linattn, ours):
                 saved[fla_name] = vars(module)[fla_name]
                 setattr(module, fla_name, _wrap(fla_name, getattr(linattn, ours)))
+        if _DEVICE["name"] == "cpu":
+            for fla_name, (reference, kind) in CPU_REFERENCES.items():
+                if kind not in kinds and fla_name in vars(module) and fla_name not in saved:
+                    saved[fla_name] = vars(module)[fla_name]
+                    setattr(module, fla_name, reference)
+                    _cpu_reference.add(item.nodeid)
     _current["nodeid"] = item.nodeid
     try:
         yield
@@ -139,6 +224,8 @@ def _classify_failure(excinfo) -> tuple[str, str]:
     frames = traceback.extract_tb(excinfo.tb)
     files = [f.filename for f in frames]
     message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    if isinstance(exc, CPUReferenceUnavailable):
+        return "unrunnable", message
     in_linattn = any(f.startswith(_LINATTN_DIR) for f in files)
     if in_linattn and isinstance(exc, (ValueError, TypeError, NotImplementedError)):
         # Raised by linattn's own argument handling or its C++ validation (whose errors come
@@ -255,7 +342,8 @@ def summarize() -> dict:
         for key in total:
             total[key] += d[key]
     return {"per_file": per_file, "total": total,
-            "tests": {n: {**r, "linattn_calls": _calls.get(n, 0)} for n, r in sorted(_results.items())}}
+            "tests": {n: {**r, "linattn_calls": _calls.get(n, 0), "cpu_reference": n in _cpu_reference}
+                      for n, r in sorted(_results.items())}}
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -22,7 +22,7 @@ from fla.ops.simple_gla import fused_chunk_simple_gla as fla_fused_chunk_simple_
 DEVICE = os.environ.get("LINATTN_FLA_DEVICE", "cpu")
 
 
-def _inputs(B=2, T=100, H=2, K=32, V=32, vector_gate=True, seed=0):
+def _inputs(B=2, T=100, H=2, K=64, V=64, vector_gate=True, seed=0):  # sizes the CUDA kernels run
     gen = torch.Generator().manual_seed(seed)
     rn = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     q, v = rn(B, T, H, K), rn(B, T, H, V)

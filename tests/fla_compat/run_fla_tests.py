@@ -102,7 +102,8 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--fla-tests", default=os.environ.get("LINATTN_FLA_TESTS"),
                     help="FLA's tests/ directory (default: download tag v%s)" % FLA_VERSION)
-    ap.add_argument("--work", default=os.environ.get("LINATTN_FLA_WORK", str(Path.home() / ".cache" / "linattn-fla-compat")),
+    default_work = os.environ.get("LINATTN_FLA_WORK", str(Path.home() / ".cache" / "linattn-fla-compat"))
+    ap.add_argument("--work", default=default_work,
                     help="where FLA is installed and its tests cached")
     ap.add_argument("--files", default=",".join(TEST_FILES), help="comma-separated test files under tests/")
     ap.add_argument("--report", default=None, help="JSON report path (default: <work>/report-<device>.json)")

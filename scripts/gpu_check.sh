@@ -51,5 +51,15 @@ python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/p
 step "python tests"
 PYTHONPATH="$root/third_party_ref" python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+if [ -d "$root/.device/fla-compat/site" ]; then
+  # FLA 0.6.0's own operator tests with linattn (CUDA) on the side under test, every case
+  # (bundled by scripts/make_device_bundle.sh; tests/fla_compat/README.md)
+  step "FLA's tests against linattn (cuda)"
+  fla_tests="$root/.device/fla-compat/fla-tests-local/tests"
+  [ -d "$fla_tests" ] || fla_tests="$root/.device/fla-compat/fla-tests-v0.6.0/tests"
+  python3 tests/fla_compat/run_fla_tests.py --device cuda --work "$root/.device/fla-compat" \
+    --fla-tests "$fla_tests" --report "$out/fla_compat_cuda.json" >"$out/fla_compat.log" 2>&1 || status=1
+  grep -A8 "linattn in FLA's tests" "$out/fla_compat.log"; tail -1 "$out/fla_compat.log"
+fi
 step "done: status $status"
 exit $status

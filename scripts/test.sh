@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test that this machine can run: the C++ suites (ctest:
 # GoogleTest, CPU backend, float64 reference, validation; the GPU suite skips itself without a
-# GPU) and the Python package's tests (pytest, after pip install .), then the fuzz target over the C
+# GPU) and the Python package's tests (pytest, after pip install .; then FLA's own operator tests
+# against linattn, tests/fla_compat), then the fuzz target over the C
 # ABI (scripts/fuzz.sh: clang, ASan + UBSan, the committed corpus replayed, then
 # LINATTN_FUZZ_SECONDS of fuzzing, default 240; 0 replays the corpus only). Installs what it needs.
 set -euo pipefail
@@ -24,6 +25,17 @@ if [ -f pyproject.toml ]; then
   (cd /tmp && python3 -c "import linattn; print('linattn', linattn.__version__)")
   python3 -m pytest tests/python -q
   echo "== pytest done after $(( $(date +%s) - start )) s"
+  # FLA's own operator tests with linattn on the side under test, and the linattn.fla registry
+  # backend (tests/fla_compat/README.md; about a minute on 2 cores). Exit 77: FLA 0.6.0 or its
+  # test files cannot be had on this machine (the reason is printed): a skip, not a failure.
+  fla_rc=0
+  python3 tests/fla_compat/run_fla_tests.py --work build/fla-compat || fla_rc=$?
+  if [ "$fla_rc" -eq 77 ]; then
+    echo "== FLA's tests SKIPPED (see the reason above)"
+  elif [ "$fla_rc" -ne 0 ]; then
+    exit "$fla_rc"
+  fi
+  echo "== FLA's tests done after $(( $(date +%s) - start )) s"
 fi
 
 bash scripts/fuzz.sh

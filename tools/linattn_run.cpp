@@ -46,7 +46,7 @@ options (SPEC.md)
   --l2norm             use_qk_l2norm_in_kernel
   --gate-in-kernel     use_gate_in_kernel (KDA/GDN; A_log and dt_bias are generated)
   --lower-bound L      KDA lower-bound gate L*sigmoid(...) (with --gate-in-kernel)
-  --safe-gate          safe_gate (KDA; needs --lower-bound)
+  --safe-gate          safe_gate (KDA; with --gate-in-kernel needs --lower-bound, else L = -5)
   --beta-sigmoid       use_beta_sigmoid_in_kernel
   --neg-eigval         allow_neg_eigval (with --beta-sigmoid)
   --state-v-first      states stored [.., V, K]

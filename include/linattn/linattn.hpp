@@ -119,7 +119,8 @@ struct Options {
   bool use_beta_sigmoid_in_kernel = false;
   bool allow_neg_eigval = false;         // with beta sigmoid: beta <- 2 sigmoid(beta)
   bool use_gate_in_kernel = false;       // KDA, GDN: g is raw; A_log (+ dt_bias) form the decay
-  bool safe_gate = false;                // KDA: promises g in [lower_bound, 0) (faster GPU path)
+  bool safe_gate = false;                // KDA: promises g in [lower_bound, 0) (faster GPU path);
+                                         // without use_gate_in_kernel lower_bound defaults to -5
   std::optional<float> lower_bound;      // KDA, in [-5, 0): with use_gate_in_kernel selects
                                          // g = L * sigmoid(exp(A_log) * (g + dt_bias))
   bool state_v_first = false;            // states stored [.., V, K] instead of [.., K, V]
@@ -136,7 +137,8 @@ struct Options {
 //   g             KDA/GLA [B, T, HV, K];  GDN/simple GLA [B, T, HV]   (float32 or bfloat16)
 //   g_gamma       simple GLA only: [HV]   (constant per-head log decay; may be combined with g)
 //   beta          GDN/KDA: [B, T, HV]
-//   A_log         use_gate_in_kernel: [HV];  dt_bias: KDA [HV * K], GDN [HV]  (optional)
+//   A_log         use_gate_in_kernel: HV elements;  dt_bias: KDA HV * K, GDN HV elements (optional);
+//                 any contiguous shape with that many elements ([HV], [1, 1, HV, 1], [HV, K]), as in FLA
 //   initial_state [N, HV, K, V] float32 ([N, HV, V, K] with state_v_first)
 //   cu_seqlens    [N + 1] int32/int64 on the compute device; for CUDA also cu_seqlens_host
 //                 (the same values in host memory: validation and chunk indexing read it,

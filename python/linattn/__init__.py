@@ -32,19 +32,22 @@ if _torch is not None:
         fused_recurrent_gated_delta_rule,
         fused_recurrent_gdn,
     )
-    from .gla import chunk_gla
-    from .kda import chunk_kda, fused_recurrent_kda
-    from .simple_gla import chunk_simple_gla, fused_chunk_simple_gla
+    from .gla import chunk_gla, fused_recurrent_gla
+    from .kda import chunk_kda, fused_recurrent_kda, fused_recurrent_kda_fwd
+    from .simple_gla import chunk_simple_gla, fused_chunk_simple_gla, fused_recurrent_simple_gla
 
     __all__ += [
         "chunk_kda",
         "fused_recurrent_kda",
+        "fused_recurrent_kda_fwd",
         "chunk_gated_delta_rule",
         "chunk_gdn",
         "fused_recurrent_gated_delta_rule",
         "fused_recurrent_gdn",
         "chunk_gla",
+        "fused_recurrent_gla",
         "chunk_simple_gla",
         "fused_chunk_simple_gla",
+        "fused_recurrent_simple_gla",
         "reference",
     ]

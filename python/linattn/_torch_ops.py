@@ -12,6 +12,7 @@ public functions turn them back into None.
 
 from __future__ import annotations
 
+import threading
 from typing import List, Optional, Tuple
 
 import torch
@@ -357,6 +358,14 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if scale is not None:
         scale = _scale_value(fn_name, scale)
 
+    if _VALIDATE_ONLY.active:
+        _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state,
+                             cu_seqlens, cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel,
+                             use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                             safe_gate, lower_bound, state_v_first, disable_recompute,
+                             backward_precision)
+        raise ValidatedOnly()
+
     o, fs, h, _ = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
@@ -381,3 +390,117 @@ def _scale_value(fn_name, scale) -> float:
 
 def _cc(t):
     return None if t is None else t.contiguous()
+
+
+# --------------------------------------------------------------------------- validation only
+class ValidatedOnly(Exception):
+    """Raised by :func:`run_forward` under :func:`validate_only` once every rule has passed."""
+
+
+class _ValidateOnlyState(threading.local):
+    active = False
+
+
+_VALIDATE_ONLY = _ValidateOnlyState()
+
+
+class validate_only:
+    """Within this context a public function checks its arguments by every rule a real call
+    applies (Python and C++, with the tensors' data where a rule reads it, e.g. cu_seqlens) and
+    then raises :class:`ValidatedOnly` instead of computing. ``linattn.fla``'s verifiers use it,
+    so that they accept exactly what linattn runs."""
+
+    def __enter__(self):
+        self.prev = _VALIDATE_ONLY.active
+        _VALIDATE_ONLY.active = True
+        return self
+
+    def __exit__(self, *exc):
+        _VALIDATE_ONLY.active = self.prev
+        return False
+
+
+def _validate_only_check(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                         cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first,
+                         disable_recompute, bwd_precision):
+    inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
+               A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
+               cu_seqlens=_c(cu_seqlens),
+               cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
+    opt = _options(scale, l2, gate, bsig, neg, safe, None if lb is None else float(lb), v_first,
+                   bwd_precision)
+    opt.disable_recompute = bool(disable_recompute)
+    with _device_guard(q):
+        _C.forward_workspace_size(family, **inp, options=opt)
+        _C.backward_workspace_size(family, **inp, options=opt)
+
+
+# --------------------------------------------------------------------------- head sizes > 256
+MAX_HEAD_SIZE = 256
+
+
+def _parts(n: int):
+    """Slices of a head dimension, 256 wide and then the rest (320 = 256 + 64: sizes the CUDA
+    kernels run)."""
+    return [slice(a, min(a + MAX_HEAD_SIZE, n)) for a in range(0, n, MAX_HEAD_SIZE)]
+
+
+def _is4(t) -> bool:
+    return isinstance(t, Tensor) and t.dim() == 4
+
+
+def run_forward_split(family: int, q, k, v, *, g=None, g_per_key=False, split_k=False, initial_state=None,
+                      scale=None, state_v_first=False, output_final_state=False,
+                      return_intermediate_states=False, **rest):
+    """:func:`run_forward`, also for head sizes FLA accepts beyond the kernels' 256.
+
+    Every family's recurrence is separable along the value dimension: column j of the state and
+    of ``o`` only ever meets column j of ``v`` (the delta rule's ``S'^T k`` included). Without the
+    delta rule (``split_k``: GLA, simple GLA) it is separable along the key dimension as well:
+    each key slice has its own state rows and ``o = scale * S^T q`` is the sum of the slices'
+    outputs. So V > 256 runs as value slices (outputs and states concatenated) and, with
+    ``split_k``, K > 256 as key slices (the full K's default scale, outputs summed in float32,
+    states concatenated). A call whose shapes do not fit that is left to :func:`run_forward`,
+    whose validation explains it."""
+    kw = dict(g=g, initial_state=initial_state, scale=scale, state_v_first=state_v_first,
+              output_final_state=output_final_state,
+              return_intermediate_states=return_intermediate_states, **rest)
+    if not (_is4(q) and _is4(k) and _is4(v) and k.shape == q.shape
+            and (initial_state is None or _is4(initial_state))):
+        return run_forward(family, q, k, v, **kw)
+    K, V = q.shape[-1], v.shape[-1]
+    k_axis, v_axis = (-1, -2) if state_v_first else (-2, -1)  # of states [N, HV, K, V] / [N, HV, V, K]
+    if initial_state is not None and (initial_state.shape[k_axis] != K or initial_state.shape[v_axis] != V):
+        return run_forward(family, q, k, v, **kw)
+
+    def state_slice(t, part, axis):
+        if t is None:
+            return None
+        index = [slice(None)] * t.dim()
+        index[axis] = part
+        return t[tuple(index)]
+
+    if V > MAX_HEAD_SIZE:
+        outs = [run_forward_split(family, q, k, v[..., part], g_per_key=g_per_key, split_k=split_k,
+                                  **{**kw, "initial_state": state_slice(initial_state, part, v_axis)})
+                for part in _parts(V)]
+        o = torch.cat([x[0] for x in outs], dim=-1)
+        fs = torch.cat([x[1] for x in outs], dim=v_axis) if output_final_state else None
+        h = torch.cat([x[2] for x in outs], dim=v_axis) if return_intermediate_states else None
+        return o, fs, h
+    if not (split_k and K > MAX_HEAD_SIZE) or (g_per_key and not (_is4(g) and g.shape[-1] == K)):
+        return run_forward(family, q, k, v, **kw)
+    if scale is None:
+        scale = K ** -0.5
+    o_sum, states, hs = None, [], []
+    for part in _parts(K):
+        o, fs, h = run_forward(family, q[..., part], k[..., part], v,
+                               **{**kw, "g": g[..., part] if g_per_key else g, "scale": scale,
+                                  "initial_state": state_slice(initial_state, part, k_axis)})
+        o_sum = o.float() if o_sum is None else o_sum + o.float()
+        states.append(fs)
+        hs.append(h)
+    o = o_sum.to(v.dtype)
+    fs = torch.cat(states, dim=k_axis) if output_final_state else None
+    h = torch.cat(hs, dim=k_axis) if return_intermediate_states else None
+    return o, fs, h

@@ -13,9 +13,11 @@ from typing import Optional
 
 import torch
 
-from ._args import check_chunk_size, refuse, refuse_head_first, state_layout, take_kwargs
+from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, fused_recurrent_states,
+                    intermediate_states_as, refuse, refuse_head_first, state_in_float32, state_layout,
+                    take_kwargs)
 from ._decode import run_decode, selects_decode
-from ._torch_ops import run_forward
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gdn", "fused_recurrent_gated_delta_rule",
@@ -50,6 +52,7 @@ def chunk_gated_delta_rule(
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
     backward_precision: str = "auto",
+    intermediate_states_dtype: Optional[torch.dtype] = None,
     **kwargs,
 ):
     r"""Chunked gated delta rule, forward and backward (a drop-in for
@@ -66,14 +69,15 @@ def chunk_gated_delta_rule(
 
     Args:
         q, k: ``[B, T, H, K]``.
-        v: ``[B, T, HV, V]``, ``HV`` a multiple of ``H`` (grouped value heads); q, k and v
-            share one dtype.
+        v: ``[B, T, HV, V]``, ``HV`` a multiple of ``H`` (grouped value heads). As in FLA,
+            q, k and v may differ in dtype (computed in the promoted one; ``o`` in v's).
         g: scalar log-space decay per token and value head, ``[B, T, HV]`` (raw
             pre-activation with ``use_gate_in_kernel``).
         beta: ``[B, T, HV]`` step sizes (logits with ``use_beta_sigmoid_in_kernel``).
         scale: query scale, ``None`` for ``K ** -0.5``.
-        initial_state: float32 ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``);
-            ``N = B``, or the number of sequences with ``cu_seqlens``. Differentiable.
+        initial_state: ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``);
+            ``N = B``, or the number of sequences with ``cu_seqlens``. float32, or float16 /
+            bfloat16 (read as float32, as FLA's kernels do). Differentiable.
         output_final_state: also return the last state of each sequence.
         use_qk_l2norm_in_kernel: L2-normalise q and k per token and head.
         use_beta_sigmoid_in_kernel: ``beta = sigmoid(beta)``; ``allow_neg_eigval`` doubles it.
@@ -82,13 +86,16 @@ def chunk_gated_delta_rule(
         cu_seqlens_cpu: optional host copy of ``cu_seqlens`` (avoids a device sync).
         chunk_indices, cp_context: not supported; must be None.
         use_gate_in_kernel: ``g = -exp(A_log) * softplus(g + dt_bias)`` inside the kernel,
-            with ``A_log: [HV]`` and optional ``dt_bias: [HV]``; gradients are returned for the
+            with ``A_log`` and optional ``dt_bias`` of ``HV`` elements each (any shape, e.g.
+            ``[HV]`` or ``[1, 1, HV, 1]``, as in FLA); gradients are returned for the
             raw ``g``, ``A_log`` and ``dt_bias``.
-        chunk_size: only 64.
+        chunk_size: 16, 32 or 64, as in FLA (other values raise ``ValueError``); the function
+            is the same, linattn runs 64-token chunks.
         disable_recompute: keep forward intermediates for a faster backward (bitwise the
             same gradients; a slower forward and more memory held until the backward).
-        return_intermediate_states: also return the float32 chunk-boundary states ``h``
-            ``[B, ceil(T / 64), HV, K, V]`` (inference only; no gradient).
+        return_intermediate_states: also return the chunk-boundary states ``h``
+            ``[B, ceil(T / 64), HV, K, V]`` (inference only; no gradient), in k's dtype as FLA's
+            ``h`` (computed in float32; ``intermediate_states_dtype=torch.float32`` keeps that).
         backward_precision: the CUDA backward's compute form (above; ``linattn.ops.BACKWARD_PRECISIONS``).
             With ``disable_recompute`` the forward keeps its intermediates in that form.
 
@@ -115,8 +122,11 @@ def chunk_gated_delta_rule(
     take_kwargs(name, kwargs, {})
     refuse(name, "chunk_indices", chunk_indices)
     refuse(name, "cp_context", cp_context)
-    check_chunk_size(name, chunk_size)
-    o, fs, h = run_forward(
+    check_chunk_size(name, "Gated Delta Rule", chunk_size, return_intermediate_states)
+    k_in = k
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = state_in_float32(initial_state)
+    o, fs, h = run_forward_split(
         _GDN, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
@@ -124,8 +134,9 @@ def chunk_gated_delta_rule(
         state_v_first=state_v_first, output_final_state=output_final_state,
         return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
+    o = finish_output(o, o_dtype, None)
     if return_intermediate_states:
-        return o, fs, h
+        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
     return o, fs
 
 
@@ -191,6 +202,9 @@ def fused_recurrent_gated_delta_rule(
         raise NotImplementedError(f"{name}: g and gk together are not supported by linattn; pass one")
     if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
         raise TypeError(f"{name}: q, k and v must be torch.Tensors")
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = fused_recurrent_states(
+        initial_state, ssm_state_indices is not None or bool(inplace_final_state))
     # v.shape[:3] never raises: a v of the wrong rank gets a beta / g of the wrong rank, and the
     # C++ core's validation then names v (checked before beta and g).
     if beta is None:
@@ -208,22 +222,24 @@ def fused_recurrent_gated_delta_rule(
                         else torch.float32, device=q.device)
     if selects_decode(name, q, v, beta, cu_seqlens, ssm_state_indices, num_accepted_tokens,
                       inplace_final_state, out, k, v, g, beta, A_log, dt_bias, initial_state):
-        return run_decode(
+        o, fs = run_decode(
             family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
             initial_state=initial_state, output_final_state=output_final_state,
             inplace_final_state=inplace_final_state, ssm_state_indices=ssm_state_indices,
             num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens,
             cu_seqlens_cpu=cu_seqlens_cpu, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first, out=out, status=status)
-    o, fs, _ = run_forward(
+            allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first,
+            out=None if o_dtype is not None else out, status=status)
+        return finish_output(o, o_dtype, out), fs
+    o, fs, _ = run_forward_split(
         family, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias,
         initial_state=initial_state, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
         scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
         use_gate_in_kernel=use_gate_in_kernel,
         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
         state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
-    return o, fs
+    return finish_output(o, o_dtype, None), fs
 
 
 fused_recurrent_gdn = fused_recurrent_gated_delta_rule

@@ -12,10 +12,12 @@ from typing import Optional
 
 import torch
 
-from ._torch_ops import run_forward
+from ._args import (align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32, state_layout,
+                    take_kwargs)
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
-__all__ = ["chunk_gla"]
+__all__ = ["chunk_gla", "fused_recurrent_gla"]
 
 _GLA = FAMILIES["gla"]
 
@@ -34,24 +36,26 @@ def chunk_gla(
     *,
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
+    intermediate_states_dtype: Optional[torch.dtype] = None,
 ):
     r"""Chunked GLA, forward and backward (a drop-in for ``fla.ops.gla.chunk_gla``).
 
     Args:
         q, k: ``[B, T, H, K]``.
-        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``; FLA requires ``HV == H``), same
-            dtype as q and k.
+        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``; FLA requires ``HV == H``). q, k
+            and v may differ in dtype (computed in the promoted one; ``o`` in v's).
         g: log-space decay per channel, ``[B, T, HV, K]``.
         scale: query scale, ``None`` for ``K ** -0.5``.
-        initial_state: float32 ``[N, HV, K, V]`` starting state (``[N, HV, V, K]`` with
-            ``state_v_first``). Differentiable.
+        initial_state: ``[N, HV, K, V]`` starting state (``[N, HV, V, K]`` with
+            ``state_v_first``), float32 (float16 / bfloat16 are read as float32).
+            Differentiable.
         output_final_state: also return the last state of each sequence.
         state_v_first: states use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
         disable_recompute: (linattn extra) keep forward intermediates for the backward.
-        return_intermediate_states: (linattn extra) also return the float32 states ``h``
-            before each 64-token chunk (no gradient).
+        return_intermediate_states: (linattn extra) also return the states ``h`` before each
+            64-token chunk (no gradient), in k's dtype or ``intermediate_states_dtype``.
 
     Returns:
         ``(o, final_state)``: ``o: [B, T, HV, V]``; ``final_state`` or None. ``h`` follows
@@ -70,11 +74,55 @@ def chunk_gla(
         >>> o.sum().backward()
     """
     name = "chunk_gla"
-    o, fs, h = run_forward(
-        _GLA, q, k, v, g=g, initial_state=initial_state, cu_seqlens=cu_seqlens,
+    k_in = k
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = state_in_float32(initial_state)
+    o, fs, h = run_forward_split(
+        _GLA, q, k, v, g=g, g_per_key=True, split_k=True, initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, fn_name=name)
+    o = finish_output(o, o_dtype, None)
     if return_intermediate_states:
-        return o, fs, h
+        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
     return o, fs
+
+
+def fused_recurrent_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gk: Optional[torch.Tensor] = None,
+    gv: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    reverse: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""GLA with FLA's ``fused_recurrent_gla`` interface: the same function as :func:`chunk_gla`
+    (the chunked kernels, with autograd) with the per-key decay ``gk: [B, T, H, K]`` (None: no
+    decay). FLA's per-value decay ``gv`` and ``reverse=True`` (right-to-left) are not supported
+    (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    name = "fused_recurrent_gla"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
+    if gv is not None:
+        raise NotImplementedError(f"{name}: the per-value decay gv is not supported by linattn; "
+                                  "pass the per-key decay gk (chunk_gla's g)")
+    if reverse:
+        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
+                                  "linattn; for equal-length sequences flip q, k, v, gk along T and flip o back")
+    if gk is None and isinstance(k, torch.Tensor):
+        gk = torch.zeros(k.shape, dtype=torch.float64 if k.dtype == torch.float64 else torch.float32,
+                         device=k.device)
+    return chunk_gla(q, k, v, gk, scale=scale, initial_state=initial_state,
+                     output_final_state=output_final_state, state_v_first=state_v_first,
+                     cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"])

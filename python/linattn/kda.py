@@ -13,12 +13,13 @@ from typing import Optional
 
 import torch
 
-from ._args import check_chunk_size, refuse, state_layout, take_kwargs
+from ._args import (align_qkv_dtypes, check_chunk_size, intermediate_states_as, refuse, refuse_graph_mode,
+                    finish_output, fused_recurrent_states, state_in_float32, state_layout, take_kwargs)
 from ._decode import run_decode, selects_decode
-from ._torch_ops import run_forward
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
-__all__ = ["chunk_kda", "fused_recurrent_kda"]
+__all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
 
 _KDA = FAMILIES["kda"]
 
@@ -44,11 +45,14 @@ def chunk_kda(
     cu_seqlens: Optional[torch.Tensor] = None,
     cu_seqlens_cpu: Optional[torch.Tensor] = None,
     cp_context=None,
+    use_graph: bool = False,
+    max_num_seqs: Optional[int] = None,
     *,
     A_log: Optional[torch.Tensor] = None,
     dt_bias: Optional[torch.Tensor] = None,
     chunk_size: int = 64,
     backward_precision: str = "auto",
+    intermediate_states_dtype: Optional[torch.dtype] = None,
     **kwargs,
 ):
     r"""Chunked KDA, forward and backward (a drop-in for ``fla.ops.kda.chunk_kda``).
@@ -69,14 +73,16 @@ def chunk_kda(
     Args:
         q, k: queries and keys, ``[B, T, H, K]``.
         v: values, ``[B, T, HV, V]``; value head ``i`` reads query/key head ``i // (HV // H)``.
-            q, k and v share one dtype (bfloat16, float16, float32 or float64).
+            bfloat16, float16, float32 or float64; as in FLA q, k and v may differ in dtype
+            (then they are computed in the promoted dtype and ``o`` comes back in v's).
         g: log-space decay per channel, ``[B, T, HV, K]`` (≤ 0 in normal use). With
             ``use_gate_in_kernel=True`` it is the raw gate pre-activation instead.
         beta: delta-rule step sizes, ``[B, T, HV]`` (raw logits with
             ``use_beta_sigmoid_in_kernel=True``).
         scale: multiplies ``q``; ``None`` means ``K ** -0.5``.
-        initial_state: ``[N, HV, K, V]`` float32 state to start from (``[N, HV, V, K]``
-            with ``state_v_first``). It receives a gradient.
+        initial_state: ``[N, HV, K, V]`` state to start from (``[N, HV, V, K]`` with
+            ``state_v_first``); float32, or float16 / bfloat16 (read as float32, as FLA's kernels
+            do). It receives a gradient (in its own dtype).
         output_final_state: return the state after the last token of each sequence.
         use_qk_l2norm_in_kernel: L2-normalise ``q`` and ``k`` per token and head first
             (the gradient flows through the normalisation).
@@ -87,25 +93,33 @@ def chunk_kda(
             ``A_log`` and ``dt_bias``.
         use_beta_sigmoid_in_kernel: ``beta = sigmoid(beta)`` inside the kernel.
         allow_neg_eigval: with the sigmoid, ``beta = 2 * sigmoid(beta)``.
-        safe_gate: promise that the decay lies in ``[lower_bound, 0)`` (needs ``lower_bound``),
-            which lets GPU kernels take a faster path.
+        safe_gate: promise that the decay lies in ``[lower_bound, 0)``, which lets GPU kernels
+            take a faster path. With ``use_gate_in_kernel`` it needs ``lower_bound``; without,
+            ``lower_bound`` defaults to FLA's -5.
         lower_bound: the bound ``L`` in ``[-5, 0)`` of the lower-bound gate above.
         disable_recompute: keep forward intermediates for the backward instead of
             recomputing them: a faster backward (bitwise the same gradients) for a slower
             forward and more memory held until the backward (on CUDA about 1.4 GiB at
             B=2, T=8192, H=32, K=V=128, bf16).
-        return_intermediate_states: also return ``h``, the float32 state before each
-            64-token chunk: ``[B, NT, HV, K, V]`` with ``NT = ceil(T / 64)``, or
-            ``[1, NT_total, HV, K, V]`` with ``cu_seqlens``. Meant for inference; ``h`` has no
-            gradient. Cannot be combined with ``disable_recompute``.
+        return_intermediate_states: also return ``h``, the state before each 64-token chunk:
+            ``[B, NT, HV, K, V]`` with ``NT = ceil(T / 64)``, or ``[1, NT_total, HV, K, V]``
+            with ``cu_seqlens``, in k's dtype as in FLA (``intermediate_states_dtype`` picks
+            another, e.g. ``torch.float32``: the states are computed in float32). Meant for
+            inference; ``h`` has no gradient. Cannot be combined with ``disable_recompute``.
         state_v_first: states (initial, final, ``h``) use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries on the tensors' device.
         cu_seqlens_cpu: the same values in CPU memory; for CUDA tensors it saves a
             device-to-host copy (made with ``.cpu()`` when omitted).
         cp_context: context parallelism is not supported; must be None.
-        A_log: ``[HV]`` gate parameter for ``use_gate_in_kernel``.
-        dt_bias: ``[HV * K]`` gate bias for ``use_gate_in_kernel`` (optional).
-        chunk_size: only 64 is supported.
+        use_graph, max_num_seqs: FLA's fixed-shape varlen mode for graph capture; not
+            supported (``use_graph`` must be False; :func:`fused_recurrent_kda`'s decode path
+            is graph-capturable).
+        A_log: gate parameter for ``use_gate_in_kernel``, ``HV`` elements in any shape (``[HV]``,
+            ``[1, 1, HV, 1]``, ...; FLA reads it with ``.view``); its gradient has its shape.
+        dt_bias: gate bias for ``use_gate_in_kernel`` (optional), ``HV * K`` elements in any
+            shape (``[HV * K]``, ``[HV, K]``, ...).
+        chunk_size: 32 or 64, as in FLA (any other value raises ``ValueError``); the
+            function computed is the same, linattn runs 64-token chunks.
         backward_precision: the CUDA backward's compute form (above; ``linattn.ops.BACKWARD_PRECISIONS``).
             With ``disable_recompute`` the forward keeps its intermediates in that form.
 
@@ -133,8 +147,12 @@ def chunk_kda(
     state_v_first = state_layout(name, state_v_first, kwargs)
     take_kwargs(name, kwargs, {})
     refuse(name, "cp_context", cp_context)
-    check_chunk_size(name, chunk_size)
-    o, fs, h = run_forward(
+    refuse_graph_mode(name, use_graph, max_num_seqs)
+    check_chunk_size(name, "KDA", chunk_size, return_intermediate_states)
+    k_in = k
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = state_in_float32(initial_state)
+    o, fs, h = run_forward_split(
         _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
@@ -142,8 +160,10 @@ def chunk_kda(
         safe_gate=safe_gate, lower_bound=lower_bound, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
+    if o_dtype is not None:
+        o = o.to(o_dtype)
     if return_intermediate_states:
-        return o, fs, h
+        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
     return o, fs
 
 
@@ -172,6 +192,7 @@ def fused_recurrent_kda(
     num_accepted_tokens: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
     status: Optional[torch.Tensor] = None,
+    safe_gate: bool = False,
     **kwargs,
 ):
     r"""KDA with FLA's ``fused_recurrent_kda`` interface (decode and serving).
@@ -181,7 +202,10 @@ def fused_recurrent_kda(
     decode step can be captured in a CUDA graph. Otherwise it runs the chunked kernels (the
     same function as :func:`chunk_kda`, with autograd). Arguments are those of
     :func:`chunk_kda`, in FLA's ``fused_recurrent_kda`` order; ``lower_bound`` takes effect
-    with ``use_gate_in_kernel`` (passing it without raises ``ValueError``). ``cu_seqlens_cpu``
+    with ``use_gate_in_kernel`` (passing it without raises ``ValueError``); ``safe_gate`` is
+    accepted and ignored, as FLA's ``fused_recurrent_kda`` ignores it (the recurrent form needs
+    no bound). q, k and v may differ in dtype and a float16 / bfloat16 ``initial_state`` is read
+    as float32, as in :func:`chunk_kda` (a state pool is used where it lies). ``cu_seqlens_cpu``
     is an optional host copy of ``cu_seqlens`` (the decode path does not need it).
 
     Serving (FLA's ``fused_recurrent_kda_fwd`` keywords; these select the decode path, which
@@ -214,9 +238,13 @@ def fused_recurrent_kda(
     name = "fused_recurrent_kda"
     state_v_first = state_layout(name, state_v_first, kwargs)
     take_kwargs(name, kwargs, {})
+    del safe_gate  # accepted for FLA's callers; the recurrent form has no tensor-core path to unlock
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = fused_recurrent_states(
+        initial_state, ssm_state_indices is not None or bool(inplace_final_state))
     if selects_decode(name, q, v, beta, cu_seqlens, ssm_state_indices, num_accepted_tokens,
                       inplace_final_state, out, k, v, g, beta, A_log, dt_bias, initial_state):
-        return run_decode(
+        o, fs = run_decode(
             _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
             initial_state=initial_state, output_final_state=output_final_state,
             inplace_final_state=inplace_final_state, ssm_state_indices=ssm_state_indices,
@@ -224,12 +252,59 @@ def fused_recurrent_kda(
             cu_seqlens_cpu=cu_seqlens_cpu, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
             allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, state_v_first=state_v_first,
-            out=out, status=status)
-    o, fs, _ = run_forward(
+            out=None if o_dtype is not None else out, status=status)
+        return finish_output(o, o_dtype, out), fs
+    o, fs, _ = run_forward_split(
         _KDA, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
         safe_gate=False, lower_bound=lower_bound, state_v_first=state_v_first,
         output_final_state=output_final_state, fn_name=name)
-    return o, fs
+    return finish_output(o, o_dtype, None), fs
+
+
+def fused_recurrent_kda_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    A_log: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    output_final_state: bool = False,
+    inplace_final_state: bool = True,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    ssm_state_indices: Optional[torch.Tensor] = None,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: Optional[float] = None,
+    out: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""FLA's serving entry point ``fla.ops.kda.fused_recurrent_kda_fwd`` (same arguments and
+    defaults; note ``inplace_final_state=True``): the forward of :func:`fused_recurrent_kda`
+    without autograd, e.g. one decode step over a state pool (``initial_state`` with
+    ``ssm_state_indices``), updated in place.
+
+    Returns:
+        ``(o, final_state)``: with ``inplace_final_state`` the updated ``initial_state`` itself.
+    """
+    if inplace_final_state and initial_state is None:
+        raise ValueError("fused_recurrent_kda_fwd: inplace_final_state=True (the default) needs initial_state, "
+                         "the states to update; pass inplace_final_state=False for a new final state")
+    with torch.no_grad():
+        return fused_recurrent_kda(
+            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, scale=scale, initial_state=initial_state,
+            output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, state_v_first=state_v_first,
+            cu_seqlens=cu_seqlens, inplace_final_state=inplace_final_state,
+            ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, out=out,
+            **kwargs)

@@ -15,11 +15,12 @@ from typing import Optional
 
 import torch
 
-from ._args import check_chunk_size, refuse_head_first, take_kwargs
-from ._torch_ops import run_forward
+from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, intermediate_states_as,
+                    refuse_head_first, state_in_float32, state_layout, take_kwargs)
+from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
-__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla"]
+__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla"]
 
 _SGLA = FAMILIES["simple_gla"]
 
@@ -40,6 +41,7 @@ def chunk_simple_gla(
     chunk_size: Optional[int] = None,
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
+    intermediate_states_dtype: Optional[torch.dtype] = None,
     **kwargs,
 ):
     r"""Chunked simple GLA, forward and backward (a drop-in for
@@ -47,19 +49,22 @@ def chunk_simple_gla(
 
     Args:
         q, k: ``[B, T, H, K]``.
-        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``), same dtype as q and k.
+        v: ``[B, T, HV, V]`` (``HV`` a multiple of ``H``); q, k and v may differ in dtype
+            (computed in the promoted one; ``o`` in v's).
         g: optional per-token log decay ``[B, T, HV]``.
         g_gamma: optional constant log decay per head ``[HV]``; receives a gradient too.
         scale: query scale, ``None`` for ``K ** -0.5``.
-        initial_state: float32 ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``).
+        initial_state: ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``), float32
+            (float16 / bfloat16 are read as float32).
         output_final_state: also return the last state of each sequence.
         state_v_first: states use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
-        chunk_size: None or 64 (the only chunk size linattn runs).
+        chunk_size: None or a power of two, as in FLA; the function is the same (linattn
+            runs 64-token chunks).
         disable_recompute: (linattn extra) keep forward intermediates for the backward.
-        return_intermediate_states: (linattn extra) also return the float32 chunk-boundary
-            states ``h`` (no gradient).
+        return_intermediate_states: (linattn extra) also return the chunk-boundary states
+            ``h`` (no gradient), in k's dtype or ``intermediate_states_dtype``.
 
     Returns:
         ``(o, final_state)``: ``o: [B, T, HV, V]`` in v's dtype; ``final_state`` or None.
@@ -78,14 +83,18 @@ def chunk_simple_gla(
     name = "chunk_simple_gla"
     refuse_head_first(name, kwargs)
     take_kwargs(name, kwargs, {})
-    check_chunk_size(name, chunk_size)
-    o, fs, h = run_forward(
-        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
+    check_chunk_size(name, "simple GLA", chunk_size, return_intermediate_states)
+    k_in = k
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    initial_state = state_in_float32(initial_state)
+    o, fs, h = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
         disable_recompute=disable_recompute, fn_name=name)
+    o = finish_output(o, o_dtype, None)
     if return_intermediate_states:
-        return o, fs, h
+        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
     return o, fs
 
 
@@ -110,8 +119,44 @@ def fused_chunk_simple_gla(
     Returns:
         ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
     """
-    o, fs, _ = run_forward(
-        _SGLA, q, k, v, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
-        cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, output_final_state=output_final_state,
-        fn_name="fused_chunk_simple_gla")
-    return o, fs
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    o, fs, _ = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
+        cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
+        output_final_state=output_final_state, fn_name="fused_chunk_simple_gla")
+    return finish_output(o, o_dtype, None), fs
+
+
+def fused_recurrent_simple_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    g_gamma: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    reverse: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    **kwargs,
+):
+    r"""Simple GLA with FLA's ``fused_recurrent_simple_gla`` interface: the same function as
+    :func:`chunk_simple_gla` (the chunked kernels, with autograd). ``reverse=True`` is not
+    supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+
+    Returns:
+        ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
+    """
+    name = "fused_recurrent_simple_gla"
+    state_v_first = state_layout(name, state_v_first, kwargs)
+    extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
+    if reverse:
+        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
+                                  "linattn; for equal-length sequences flip q, k, v, g along T and flip o back")
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    o, fs, _ = run_forward_split(
+        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
+        cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"], scale=scale,
+        state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
+    return finish_output(o, o_dtype, None), fs

@@ -83,6 +83,30 @@ Status check_tensor(const char* name, const TensorView& t, std::initializer_list
   return Status::Ok();
 }
 
+// FLA's bound for a safe gate when none is given (its gate functions' default, seed 002).
+constexpr float kDefaultSafeGateLowerBound = -5.0f;
+
+// A per-head (or per-head-and-channel) parameter: any shape holding `count` elements, read as a
+// flat vector. FLA reads A_log and dt_bias with .view(HV, -1), so [HV], [1, 1, HV, 1] and
+// [HV, K] are all the same parameter there; linattn accepts what FLA accepts.
+Status check_param_vector(const char* name, const TensorView& t, int64_t count, const char* count_name,
+                          const Device& device) {
+  if (t.ndim < 0 || t.ndim > kMaxDims || t.numel() != count) {
+    return Status::Invalid(std::string(name) + " must hold " + count_name + " = " + std::to_string(count) +
+                           " elements (any shape, e.g. [" + std::to_string(count) + "]), got " +
+                           (t.ndim < 0 ? std::string("nothing") : shape_str(t)));
+  }
+  if (t.ndim == 0) return check_tensor(name, t, {}, device);
+  TensorView flat = t;  // same data, checked as the 1-D vector the backends read
+  flat.ndim = 1;
+  flat.shape[0] = count;
+  flat.strides[0] = 1;
+  if (!t.is_contiguous()) {
+    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
+  }
+  return check_tensor(name, flat, {count}, device);
+}
+
 Status check_float(const char* name, const TensorView& t) {
   if (!is_float(t.dtype)) {
     return Status::Invalid(std::string(name) + " must be float16, bfloat16, float32 or float64, got " +
@@ -93,8 +117,12 @@ Status check_float(const char* name, const TensorView& t) {
 
 Status check_state_dtype(const char* name, const TensorView& t) {
   if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat64) {
+    const bool half = t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16;
     return Status::Invalid(std::string(name) + " must be float32 (or float64), got " +
-                           dtype_name(t.dtype));
+                           dtype_name(t.dtype) +
+                           (half ? " (convert it to float32; linattn's PyTorch functions do so for "
+                                   "a 16-bit initial_state, as FLA's kernels read it)"
+                                 : ""));
   }
   return Status::Ok();
 }
@@ -229,7 +257,9 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   LINATTN_TRY(check_tensor("v", in.v, {B, T, HV, V}, dev));
   if (in.v.dtype != in.q.dtype) {
     return Status::Invalid(std::string("v must have the dtype of q (") + dtype_name(in.q.dtype) + "), got " +
-                           dtype_name(in.v.dtype));
+                           dtype_name(in.v.dtype) +
+                           " (this interface takes one dtype: convert v; linattn's PyTorch functions "
+                           "accept mixed float dtypes as FLA does)");
   }
   if (HV % H != 0) {
     return Status::Invalid("the value head count HV = " + std::to_string(HV) +
@@ -351,10 +381,17 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
   }
   if (opt.safe_gate) {
     if (family != Family::kKDA) return Status::Unsupported(std::string("safe_gate is for KDA only, not ") + fam);
-    if (!opt.lower_bound.has_value()) return Status::Invalid("safe_gate needs lower_bound");
+    // As in FLA: the in-kernel gate needs the bound it applies; a caller-computed g is promised
+    // to lie in FLA's safe range, whose default bound is -5.
+    if (opt.use_gate_in_kernel && !opt.lower_bound.has_value()) {
+      return Status::Invalid("safe_gate with use_gate_in_kernel needs lower_bound (in [-5, 0), e.g. -5)");
+    }
   }
-  if (opt.lower_bound.has_value()) {
-    const float L = *opt.lower_bound;
+  const std::optional<float> lower_bound =
+      opt.lower_bound.has_value() ? opt.lower_bound
+                                  : (opt.safe_gate ? std::optional<float>(kDefaultSafeGateLowerBound) : std::nullopt);
+  if (lower_bound.has_value()) {
+    const float L = *lower_bound;
     if (!(L >= -5.0f && L < 0.0f)) {
       return Status::Invalid("lower_bound must lie in [-5, 0), got " + std::to_string(L));
     }
@@ -373,14 +410,14 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
     }
     if (p->has_A_log) {
       LINATTN_TRY(check_float("A_log", in.A_log));
-      LINATTN_TRY(check_tensor("A_log", in.A_log, {HV}, dev));
+      LINATTN_TRY(check_param_vector("A_log", in.A_log, HV, "HV", dev));
     }
     if (p->has_dt_bias) {
       LINATTN_TRY(check_float("dt_bias", in.dt_bias));
       if (family == Family::kKDA) {
-        LINATTN_TRY(check_tensor("dt_bias", in.dt_bias, {HV * K}, dev));
+        LINATTN_TRY(check_param_vector("dt_bias", in.dt_bias, HV * K, "HV * K", dev));
       } else {
-        LINATTN_TRY(check_tensor("dt_bias", in.dt_bias, {HV}, dev));
+        LINATTN_TRY(check_param_vector("dt_bias", in.dt_bias, HV, "HV", dev));
       }
     }
   } else {

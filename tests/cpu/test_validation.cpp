@@ -453,7 +453,7 @@ TEST(Validation, ALogShape) {
   c.enable_gate_in_kernel();
   HostTensor a(f32, {c.HV * c.K});
   c.fin.A_log = a.view;
-  expect_input_rejected(c, kInvalid, "A_log must have shape [4]");
+  expect_input_rejected(c, kInvalid, "A_log must hold HV = 4 elements");
 }
 
 TEST(Validation, DtBiasShapeKDA) {
@@ -461,7 +461,7 @@ TEST(Validation, DtBiasShapeKDA) {
   c.enable_gate_in_kernel();
   HostTensor d(f32, {c.HV});
   c.fin.dt_bias = d.view;
-  expect_input_rejected(c, kInvalid, "dt_bias must have shape [32]");
+  expect_input_rejected(c, kInvalid, "dt_bias must hold HV * K = 32 elements");
 }
 
 TEST(Validation, DtBiasShapeGDN) {
@@ -469,7 +469,7 @@ TEST(Validation, DtBiasShapeGDN) {
   c.enable_gate_in_kernel();
   HostTensor d(f32, {c.HV * c.K});
   c.fin.dt_bias = d.view;
-  expect_input_rejected(c, kInvalid, "dt_bias must have shape [4]");
+  expect_input_rejected(c, kInvalid, "dt_bias must hold HV = 4 elements");
 }
 
 TEST_P(ValidationFamily, InitialStateVFirstLayoutWithoutOption) {
@@ -969,10 +969,47 @@ TEST(Validation, SafeGateOnGDNWithGateInKernel) {
   expect_input_rejected(c, kUnsupported, "safe_gate");
 }
 
-TEST(Validation, SafeGateWithoutLowerBound) {
+// As in FLA: the in-kernel safe gate needs its bound; a caller-computed g promised safe is
+// taken with FLA's default bound -5.
+TEST(Validation, SafeGateInKernelWithoutLowerBound) {
+  Call c(Family::kKDA);
+  c.enable_gate_in_kernel();
+  c.opt.safe_gate = true;
+  expect_input_rejected(c, kInvalid, "safe_gate with use_gate_in_kernel needs lower_bound");
+}
+
+TEST(Validation, SafeGateWithoutLowerBoundIsAccepted) {
   Call c(Family::kKDA);
   c.opt.safe_gate = true;
-  expect_input_rejected(c, kInvalid, "safe_gate needs lower_bound");
+  EXPECT_TRUE(c.ref_forward().ok());
+  EXPECT_TRUE(c.ref_backward().ok());
+  std::size_t bytes = 0;
+  EXPECT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &bytes).ok());
+  EXPECT_TRUE(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &bytes).ok());
+}
+
+// FLA reads A_log and dt_bias with .view(HV, -1): any shape with the element count is the same
+// parameter ([1, 1, HV, 1] in FLA's own tests, [HV, K] for a per-channel bias).
+TEST(Validation, GateParametersOfAnyShapeWithTheirElementCount) {
+  for (Family fam : {Family::kKDA, Family::kGDN}) {
+    Call c(fam);
+    c.enable_gate_in_kernel();
+    HostTensor a(f32, {1, 1, c.HV, 1});
+    fill_uniform(a, -1, 0.5);
+    HostTensor da = a;
+    c.fin.A_log = a.view;
+    c.bout.dA_log = da.view;
+    HostTensor d = fam == Family::kKDA ? HostTensor(f32, {c.HV, c.K}) : HostTensor(f32, {1, c.HV});
+    fill_normal(d);
+    HostTensor dd = d;
+    c.fin.dt_bias = d.view;
+    c.bout.ddt_bias = dd.view;
+    EXPECT_TRUE(c.ref_forward().ok()) << c.ref_forward().message;
+    EXPECT_TRUE(c.ref_backward().ok());
+    std::size_t bytes = 0;
+    EXPECT_TRUE(forward_workspace_size(c.fam, c.fin, c.opt, &bytes).ok());
+    EXPECT_TRUE(backward_workspace_size(c.fam, c.backward_inputs(), c.opt, &bytes).ok());
+  }
 }
 
 TEST(Validation, LowerBoundBelowRange) {

@@ -33,10 +33,11 @@ def test_shape_errors_are_value_errors(kda):
 
 
 def test_dtype_mismatch(kda):
+    # Float dtypes may differ as in FLA (test_fla_api_gaps.py); non-float ones are refused.
     with pytest.raises(ValueError, match="dtype"):
-        linattn.chunk_kda(kda["q"], kda["k"], kda["v"].bfloat16(), kda["g"], kda["beta"])
+        linattn.chunk_kda(kda["q"], kda["k"], kda["v"].to(torch.int32), kda["g"], kda["beta"])
     with pytest.raises(ValueError, match="initial_state must be float32"):
-        run(kda, initial_state=torch.zeros(1, 2, 8, 8, dtype=torch.bfloat16))
+        run(kda, initial_state=torch.zeros(1, 2, 8, 8, dtype=torch.int32))
     with pytest.raises(ValueError, match="cu_seqlens must be int32 or int64"):
         run(kda, cu_seqlens=torch.tensor([0.0, 12.0]))
 
@@ -49,9 +50,10 @@ def test_device_mismatch(kda):
 
 
 def test_not_supported_is_not_implemented_error(kda):
+    # (GLA and simple GLA split K > 256 into slices; the delta rule cannot be split)
     with pytest.raises(NotImplementedError, match="K = 300"):
         q = torch.randn(1, 4, 1, 300)
-        linattn.chunk_gla(q, q, torch.randn(1, 4, 1, 8), torch.zeros(1, 4, 1, 300))
+        linattn.chunk_kda(q, q, torch.randn(1, 4, 1, 8), torch.zeros(1, 4, 1, 300), torch.rand(1, 4, 1))
     # lower_bound is a KDA option: chunk_gdn has no such parameter, and the C++ core refuses
     # it for GDN with NotSupported
     t, _ = make_inputs("gdn", B=1, T=8, K=8, V=8, use_gate_in_kernel=True)
@@ -69,8 +71,10 @@ def test_unsupported_fla_arguments(kda):
     t, _ = make_inputs("gdn", B=1, T=8, K=8, V=8)
     with pytest.raises(NotImplementedError, match="chunk_indices"):
         linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], chunk_indices=torch.zeros(1, 2))
-    with pytest.raises(NotImplementedError, match="chunk_size"):
-        run(kda, chunk_size=32)
+    with pytest.raises(ValueError, match=r"`chunk_size` must be either 32 or 64"):
+        run(kda, chunk_size=16)
+    with pytest.raises(NotImplementedError, match="use_graph"):
+        run(kda, use_graph=True)
     with pytest.raises(ValueError, match="head_first"):
         linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], head_first=True)
     with pytest.raises(NotImplementedError, match="gv"):
@@ -102,8 +106,8 @@ def test_options_never_silently_ignored(kda):
         run(kda, use_gate_in_kernel=True)
     with pytest.raises(ValueError, match="lower_bound"):
         run(kda, use_gate_in_kernel=True, lower_bound=-7.0)
-    with pytest.raises(ValueError, match="safe_gate needs lower_bound"):
-        run(kda, safe_gate=True)
+    with pytest.raises(ValueError, match="safe_gate with use_gate_in_kernel needs lower_bound"):
+        run(kda, safe_gate=True, use_gate_in_kernel=True, A_log=torch.zeros(2))
     with pytest.raises(ValueError, match="no effect"):
         linattn.fused_recurrent_kda(kda["q"], kda["k"], kda["v"], kda["g"], kda["beta"], lower_bound=-5.0)
     with pytest.raises(ValueError, match="disable_recompute"):

@@ -27,7 +27,7 @@ FLA_SIGNATURES = {
          ("allow_neg_eigval", False), ("safe_gate", False), ("lower_bound", None),
          ("disable_recompute", False), ("return_intermediate_states", False),
          ("state_v_first", False), ("cu_seqlens", None), ("cu_seqlens_cpu", None),
-         ("cp_context", None)],
+         ("cp_context", None), ("use_graph", False), ("max_num_seqs", None)],
         True,
     ),
     "fused_recurrent_kda": (
@@ -36,6 +36,16 @@ FLA_SIGNATURES = {
          ("use_qk_l2norm_in_kernel", False), ("use_gate_in_kernel", False),
          ("use_beta_sigmoid_in_kernel", False), ("allow_neg_eigval", False), ("lower_bound", None),
          ("state_v_first", False), ("cu_seqlens", None)],
+        True,
+    ),
+    "fused_recurrent_kda_fwd": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("g", REQ), ("beta", REQ), ("A_log", None),
+         ("dt_bias", None), ("initial_state", None), ("scale", None), ("output_final_state", False),
+         ("inplace_final_state", True), ("state_v_first", False), ("cu_seqlens", None),
+         ("ssm_state_indices", None), ("num_accepted_tokens", None),
+         ("use_qk_l2norm_in_kernel", False), ("use_gate_in_kernel", False),
+         ("use_beta_sigmoid_in_kernel", False), ("allow_neg_eigval", False), ("lower_bound", None),
+         ("out", None)],
         True,
     ),
     "chunk_gated_delta_rule": (
@@ -66,6 +76,18 @@ FLA_SIGNATURES = {
          ("cu_seqlens", None), ("cu_seqlens_cpu", None)],
         True,
     ),
+    "fused_recurrent_gla": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("gk", None), ("gv", None), ("scale", None),
+         ("initial_state", None), ("output_final_state", False), ("reverse", False),
+         ("state_v_first", False), ("cu_seqlens", None)],
+        True,
+    ),
+    "fused_recurrent_simple_gla": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("g", None), ("g_gamma", None), ("scale", None),
+         ("initial_state", None), ("output_final_state", False), ("reverse", False),
+         ("state_v_first", False), ("cu_seqlens", None)],
+        True,
+    ),
     "fused_chunk_simple_gla": (
         [("q", REQ), ("k", REQ), ("v", REQ), ("g", None), ("g_gamma", None), ("scale", None),
          ("initial_state", None), ("output_final_state", False), ("cu_seqlens", None)],
@@ -86,11 +108,14 @@ FLA_KWARGS = {
 FLA_FILES = {
     "chunk_kda": "kda/chunk.py",
     "fused_recurrent_kda": "kda/fused_recurrent.py",
+    "fused_recurrent_kda_fwd": "kda/fused_recurrent.py",
     "chunk_gated_delta_rule": "gated_delta_rule/chunk.py",
     "fused_recurrent_gated_delta_rule": "gated_delta_rule/fused_recurrent.py",
     "chunk_gla": "gla/chunk.py",
     "chunk_simple_gla": "simple_gla/chunk.py",
     "fused_chunk_simple_gla": "simple_gla/fused_chunk.py",
+    "fused_recurrent_gla": "gla/fused_recurrent.py",
+    "fused_recurrent_simple_gla": "simple_gla/fused_recurrent.py",
 }
 
 FLA_ROOT = Path(__file__).resolve().parents[2] / "third_party_ref" / "fla" / "ops"

@@ -31,8 +31,13 @@ import urllib.request
 from pathlib import Path
 
 FLA_VERSION = "0.6.0"
-# The source tree of the release's tag: FLA's tests for exactly this version.
-FLA_TESTS_URL = f"https://codeload.github.com/fla-org/flash-linear-attention/tar.gz/refs/tags/v{FLA_VERSION}"
+# Where FLA's tests come from (its sdist and wheel ship none). The default is the FLA source
+# commit whose tests this harness was validated against (main of 2026-08-22, the newest FLA
+# source our machines could read; FLA 0.6.0's own tag was not reachable from them): a CI machine
+# that reaches GitHub then runs exactly the files we ran. LINATTN_FLA_TESTS_REF=refs/tags/v0.6.0
+# picks the release's tag instead.
+FLA_TESTS_REF = os.environ.get("LINATTN_FLA_TESTS_REF", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89")
+FLA_TESTS_URL = f"https://codeload.github.com/fla-org/flash-linear-attention/tar.gz/{FLA_TESTS_REF}"
 # FLA's operator tests for the four families linattn implements.
 TEST_FILES = ["ops/test_kda.py", "ops/test_gdn.py", "ops/test_gla.py", "ops/test_simple_gla.py"]
 SKIP_EXIT = 77
@@ -61,8 +66,8 @@ def install_fla(site: Path) -> None:
 
 
 def fetch_tests(cache: Path) -> Path:
-    """FLA's tests/ at tag v{FLA_VERSION}, downloaded once into ``cache``."""
-    dest = cache / f"fla-tests-v{FLA_VERSION}"
+    """FLA's tests/ at FLA_TESTS_REF, downloaded once into ``cache``."""
+    dest = cache / f"fla-tests-{FLA_TESTS_REF.replace('/', '_')}"
     if (dest / "tests" / "ops").is_dir():
         return dest / "tests"
     log(f"downloading FLA's tests from {FLA_TESTS_URL}")
@@ -101,7 +106,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--fla-tests", default=os.environ.get("LINATTN_FLA_TESTS"),
-                    help="FLA's tests/ directory (default: download tag v%s)" % FLA_VERSION)
+                    help="FLA's tests/ directory (default: download FLA's source at %s)" % FLA_TESTS_REF)
     default_work = os.environ.get("LINATTN_FLA_WORK", str(Path.home() / ".cache" / "linattn-fla-compat"))
     ap.add_argument("--work", default=default_work,
                     help="where FLA is installed and its tests cached")

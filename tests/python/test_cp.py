@@ -60,8 +60,9 @@ def _inputs(name):
         t["k"] = F.normalize(t["k"], dim=-1)
     gshape = (1, T, HV, K) if fam == "kda" else (1, T, HV)
     if opts.get("use_gate_in_kernel"):
-        t["g"] = rn(*gshape)
-        t["A_log"] = rn(HV) * 0.5
+        # realistic decays (about -0.01 to -0.05 per token), so that states reach the next ranks
+        t["g"] = rn(*gshape) - (6 if "lower_bound" in opts else 0)
+        t["A_log"] = rn(HV) * 0.5 - (0 if "lower_bound" in opts else 4)
         t["dt_bias"] = rn(HV * K if fam == "kda" else HV) * 0.5
     else:
         t["g"] = F.logsigmoid(rn(*gshape)) / 16

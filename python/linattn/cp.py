@@ -195,7 +195,8 @@ def _local_transform(local, tensors, h0_last, a, b, need_m, K, V):
     if not need_m:
         _, fs = local(q, k, v, g, beta, A_log, dt_bias, h0_last, None, None)
         return None, fs[0]
-    eye = torch.eye(K, dtype=h0_last.dtype if h0_last is not None else torch.float32, device=v.device)
+    sdt = torch.float64 if v.dtype == torch.float64 else torch.float32
+    eye = torch.eye(K, dtype=sdt, device=v.device)
     eye = eye.expand(1, HV, K, K)
     zero_v = v.new_zeros(1, b - a, HV, K)
     c0 = h0_last if h0_last is not None else torch.zeros(1, HV, K, V, dtype=eye.dtype, device=v.device)
@@ -237,18 +238,19 @@ class _CPChunk(torch.autograd.Function):
             else:
                 M = C = None
                 sdt = torch.float64 if v.dtype == torch.float64 else torch.float32
-            packed = torch.zeros(2, HV, K, K + V, dtype=sdt, device=v.device)  # [M | C], flag
-            flag = torch.zeros(1, HV, K, K + V, dtype=sdt, device=v.device)
+            # one message per rank: [M | C] of the last sequence (zeros when it does not continue)
+            # and a flag: M present (the rank's only sequence runs through it)
+            packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=v.device)
+            body = packed[:-1].view(HV, K, K + V)
             if M is not None:
-                packed[0, :, :, :K] = M
-                flag.fill_(1)
+                body[..., :K] = M
+                packed[-1] = 1
             if C is not None:
-                packed[0, :, :, K:] = C
-            packed[1] = flag[0]
-            gathered = _all_gather(packed, group)  # [W, 2, HV, K, K + V]
-            Ms = gathered[:, 0, :, :, :K]
-            Cs = gathered[:, 0, :, :, K:]
-            has_m = [bool(gathered[j, 1, 0, 0, 0] != 0) for j in range(W)]
+                body[..., K:] = C
+            gathered = _all_gather(packed, group)  # [W, HV * K * (K + V) + 1]
+            Ms = gathered[:, :-1].view(W, HV, K, K + V)[..., :K]
+            Cs = gathered[:, :-1].view(W, HV, K, K + V)[..., K:]
+            has_m = [f != 0 for f in gathered[:, -1].tolist()]
             # (2) fold the ranks before this one: S <- M_j S + C_j (a reset where M_j is absent)
             s_in = None
             if pre:

@@ -84,7 +84,9 @@ def chunk_gated_delta_rule(
         state_v_first: states use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens`` (avoids a device sync).
-        chunk_indices, cp_context: not supported; must be None.
+        chunk_indices: not supported; must be None.
+        cp_context: context parallelism over a ``torch.distributed`` group, as in
+            :func:`linattn.chunk_kda` (:mod:`linattn.cp`, ``docs/context_parallel.md``).
         use_gate_in_kernel: ``g = -exp(A_log) * softplus(g + dt_bias)`` inside the kernel,
             with ``A_log`` and optional ``dt_bias`` of ``HV`` elements each (any shape, e.g.
             ``[HV]`` or ``[1, 1, HV, 1]``, as in FLA); gradients are returned for the

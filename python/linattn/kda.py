@@ -110,7 +110,12 @@ def chunk_kda(
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries on the tensors' device.
         cu_seqlens_cpu: the same values in CPU memory; for CUDA tensors it saves a
             device-to-host copy (made with ``.cpu()`` when omitted).
-        cp_context: context parallelism is not supported; must be None.
+        cp_context: context parallelism over a ``torch.distributed`` group: this rank's part of one
+            packed stream (batch 1), a context from :func:`linattn.cp.build_cp_context` (or FLA's
+            ``fla.ops.cp.build_cp_context``, contiguous layout). It replaces ``cu_seqlens``. Unlike
+            FLA, ``initial_state`` / ``output_final_state`` work, per local sequence (see
+            :mod:`linattn.cp` and ``docs/context_parallel.md``); ``return_intermediate_states``
+            is refused.
         use_graph, max_num_seqs: FLA's fixed-shape varlen mode for graph capture; not
             supported (``use_graph`` must be False; :func:`fused_recurrent_kda`'s decode path
             is graph-capturable).

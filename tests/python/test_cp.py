@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import types
 import zlib
 
 import pytest
@@ -42,7 +43,12 @@ CASES = {
                         use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, state_v_first=True), True, ()),
     # GDN with GVA and a caller's gate, the KDA caller gate, FLA's usage (equal split, no states)
     "gdn_w2_gva": ("gdn", 2, torch.float64, [0, 70, 200, 256], [0, 128, 256], 2, 2, 16, 32, {}, True, (0,)),
-    "kda_w2_fla": ("kda", 2, torch.float64, [0, 128, 256], None, 2, 1, 32, 32, {}, False, (0, 1)),
+    # FLA's usage: equal split, a context with FLA's fields only (as fla.ops.cp.build_cp_context
+    # makes), no initial state
+    "kda_w2_fla": ("kda", 2, torch.float64, [0, 100, 256], None, 2, 1, 32, 32, {}, False, (0,)),
+    # 16-bit inputs (SPEC's 1e-2 against the single-process call)
+    "kda_w2_bf16": ("kda", 2, torch.bfloat16, [0, 50, 190], [0, 77, 190], 2, 1, 32, 32,
+                    dict(use_qk_l2norm_in_kernel=True), True, ()),
     "kda_w4_chain": ("kda", 4, torch.float64, [0, 256], [0, 64, 128, 192, 256], 1, 1, 16, 16, {}, True, (0,)),
 }
 
@@ -105,21 +111,31 @@ def _worker(rank, world, init_file, names, outdir):
         fam, W, dtype, cu, sp, H, G, K, V, opts, with_h0, _ = CASES[name]
         t, cu_t, w_o, w_h = _inputs(name)
         ctx = build_cp_context(cu_t, group=None, split_points=sp)
+        use = ctx
+        if name.endswith("_fla"):  # duck typing: only the fields FLA's FLACPContext has
+            use = types.SimpleNamespace(group=None, cu_seqlens=ctx.cu_seqlens, cu_seqlens_cpu=ctx.cu_seqlens_cpu,
+                                        pre_num_ranks=ctx.pre_num_ranks, post_num_ranks=ctx.post_num_ranks,
+                                        is_first_rank=ctx.is_first_rank, is_last_rank=ctx.is_last_rank,
+                                        layout="contiguous")
         s, e, ids = ctx.start, ctx.end, ctx.seq_ids
         loc = {k_: (x[:, s:e] if k_ in ("q", "k", "v", "g", "beta") else x) for k_, x in t.items()}
         if "h0" in loc:
             loc["h0"] = loc["h0"][ids]  # row 0 of a continued sequence is ignored: the wrong state on purpose
         loc = {k_: x.clone().requires_grad_() for k_, x in loc.items()}
         t0 = time.perf_counter()
-        o, ht = _call(fam, loc, opts, None, loc.get("h0"), cp_context=ctx)
+        o, ht = _call(fam, loc, opts, None, loc.get("h0"), cp_context=use)
         keep = torch.ones(len(ids), dtype=torch.bool)
         if ctx.post_num_ranks > 0:
             keep[-1] = False  # the boundary state; the sequence's final state is on a later rank
         loss = (o * w_o[:, s:e]).sum() + (ht[keep] * w_h[ids][keep].to(ht.dtype)).sum()
         loss.backward()
         dt = time.perf_counter() - t0
+        with torch.no_grad():  # inference: no graph, the same results
+            o2, ht2 = _call(fam, loc, opts, None, loc.get("h0"), cp_context=use)
+        same_no_grad = torch.equal(o2, o) and torch.equal(ht2, ht)
         torch.save(dict(o=o.detach(), ht=ht.detach(), keep=keep, ids=ids, s=s, e=e, pre=ctx.pre_num_ranks,
-                        grads={k_: x.grad for k_, x in loc.items()}, time=dt),
+                        grads={k_: x.grad for k_, x in loc.items()}, time=dt,
+                        same_no_grad=same_no_grad),
                    os.path.join(outdir, f"{name}.{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -166,6 +182,7 @@ def test_cp_matches_single_process(cp_runs, name):
         else:  # per-head parameters: each rank holds its tokens' part (summed as DDP would)
             got = sum(p["grads"][key] for p in parts)
         errs["d" + key] = rel_err(got, g_ref[key])
+    assert all(p["same_no_grad"] for p in parts), f"{name}: the no-grad forward differs from the autograd one"
     bad = {k_: e for k_, e in errs.items() if not e <= tol}
     assert not bad, f"{name}: {bad} (all: {errs})"
     for r in bitwise_ranks:
@@ -178,7 +195,8 @@ def test_cp_matches_single_process(cp_runs, name):
 def test_cp_refusals():
     from linattn.cp import CPContext, build_cp_context
 
-    t, cu_t, _, _ = _inputs("kda_w2_fla")
+    t, _, _, _ = _inputs("kda_w2_fla")
+    cu_t = torch.tensor([0, 128, 256])
     with pytest.raises(NotImplementedError, match="zigzag"):
         build_cp_context(cu_t, rank=0, world_size=2, layout="zigzag")
     with pytest.raises(ValueError, match="divisible"):

@@ -182,6 +182,43 @@ def _slice_tokens(t, a, b):
     return None if t is None else t[:, a:b]
 
 
+def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
+    """Every rank's incoming state from the affine maps ``S -> M_j S + C_j`` of the ranks before
+    it (``M_j = 0`` where rank j's last sequence starts on it or does not continue). Returns
+    (the gathered M's or None, their flags or None, this rank's incoming state or None)."""
+    packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=device)
+    body = packed[:-1].view(HV, K, K + V)
+    if M is not None:
+        body[..., :K] = M
+        packed[-1] = 1
+    if C is not None:
+        body[..., K:] = C
+    # one all-gather: [M | C] of the last sequence (zeros when it does not continue) and a flag
+    gathered = _all_gather(packed, group)  # [W, HV * K * (K + V) + 1]
+    Ms = gathered[:, :-1].view(W, HV, K, K + V)[..., :K]
+    Cs = gathered[:, :-1].view(W, HV, K, K + V)[..., K:]
+    has_m = [f != 0 for f in gathered[:, -1].tolist()]
+    if not pre:
+        return Ms, has_m, None
+    S = torch.zeros(HV, K, V, dtype=sdt, device=device)
+    for j in range(r):  # S <- M_j S + C_j, a reset where M_j is absent
+        S = (Ms[j] @ S + Cs[j]) if has_m[j] else Cs[j].clone()
+    return Ms, has_m, S
+
+
+def _scan_backward(D, st):
+    """The gradient of the state leaving this rank (``dS_in`` of rank r + 1) from the ranks'
+    ``D_j`` (gradient of the incoming state from their own outputs) and transitions:
+    ``dS_in_j = M_j^T dS_in_{j+1} + D_j`` folded from the last rank."""
+    gathered = _all_gather(D, st.group)  # [W, HV, K, V]
+    if not st.post:
+        return None
+    e = torch.zeros_like(D)
+    for j in range(st.W - 1, st.r, -1):
+        e = (st.Ms[j].transpose(-1, -2) @ e + gathered[j]) if st.has_m[j] else gathered[j].clone()
+    return e
+
+
 class _CPState:
     """What a rank needs for its backward: the local graph and the gathered transforms."""
 
@@ -223,66 +260,57 @@ class _CPChunk(torch.autograd.Function):
             raise ValueError(f"cp_context: this rank holds {q.shape[1]} tokens but its local cu_seqlens "
                              f"covers {cu[-1]} in {n_local} sequences")
         K, HV, V = q.shape[-1], v.shape[2], v.shape[-1]
+        sdt = torch.float64 if v.dtype == torch.float64 else torch.float32  # the states' dtype
         # zero the incoming row of a continued first sequence: its state comes from rank r - 1
         h0_loc = h0
         if h0 is not None and pre:
             h0_loc = h0.clone()
             h0_loc[0] = 0
-        # (1) the transform of the last sequence when it continues on rank r + 1
-        need_m = pre and post and n_local == 1
-        with torch.no_grad():
-            if post:
-                h0_last = None if (h0_loc is None or (pre and n_local == 1)) else h0_loc[-1:]
-                M, C = _local_transform(local, tensors, h0_last, cu[-2], cu[-1], need_m, K, V)
-                sdt = C.dtype
-            else:
-                M = C = None
-                sdt = torch.float64 if v.dtype == torch.float64 else torch.float32
-            # one message per rank: [M | C] of the last sequence (zeros when it does not continue)
-            # and a flag: M present (the rank's only sequence runs through it)
-            packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=v.device)
-            body = packed[:-1].view(HV, K, K + V)
-            if M is not None:
-                body[..., :K] = M
-                packed[-1] = 1
-            if C is not None:
-                body[..., K:] = C
-            gathered = _all_gather(packed, group)  # [W, HV * K * (K + V) + 1]
-            Ms = gathered[:, :-1].view(W, HV, K, K + V)[..., :K]
-            Cs = gathered[:, :-1].view(W, HV, K, K + V)[..., K:]
-            has_m = [f != 0 for f in gathered[:, -1].tolist()]
-            # (2) fold the ranks before this one: S <- M_j S + C_j (a reset where M_j is absent)
-            s_in = None
-            if pre:
-                S = torch.zeros(HV, K, V, dtype=sdt, device=v.device)
-                for j in range(r):
-                    S = (Ms[j] @ S + Cs[j]) if has_m[j] else Cs[j].clone()
-                s_in = S
-        if pre:
-            h0_run = (h0_loc.to(sdt) if h0_loc is not None
-                      else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
-            h0_run = h0_run.clone()
-            h0_run[0] = s_in
-        else:
-            h0_run = h0_loc
-        cu_dev = cpc.cu_seqlens
-        # (3) the local call from the right incoming state
-        if build_graph:
+        cu_dev, cu_cpu = cpc.cu_seqlens, cpc.cu_seqlens_cpu
+
+        def run_local(h0_run):  # the local call from the right incoming state (with its graph)
+            if not build_graph:
+                with torch.no_grad():
+                    o, fs = local(*tensors, h0_run, cu_dev, cu_cpu)
+                return o, fs, None
             with torch.enable_grad():
                 leaves = [None if t is None else t.detach().requires_grad_(need)
                           for t, need in zip(tensors + (h0_run,), ctx.needs_input_grad[3:])]
                 if leaves[-1] is not None and pre:
-                    leaves[-1].requires_grad_(True)
-                o, fs = local(*leaves, cu_dev, cpc.cu_seqlens_cpu)
-            st = _CPState()
-            st.leaves, st.o, st.fs = leaves, o, fs
-            st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
-            st.n_local, st.h0_given = n_local, h0 is not None
-            ctx.st = st
-            return o.detach(), fs.detach()
+                    leaves[-1].requires_grad_(True)  # for the gradient sent to rank r - 1
+                o, fs = local(*leaves, cu_dev, cu_cpu)
+            return o, fs, leaves
+
+        M = C = None
+        if not pre:
+            # nothing comes in: the local call is final at once, and its last state is what the
+            # next rank needs (C with M = 0)
+            o, fs, leaves = run_local(h0_loc)
+            if post:
+                C = fs[-1].detach()
+        elif post:
+            # (1) the transform of the last sequence, which continues on rank r + 1
+            need_m = n_local == 1
+            h0_last = None if (h0_loc is None or need_m) else h0_loc[-1:]
+            with torch.no_grad():
+                M, C = _local_transform(local, tensors, h0_last, cu[-2], cu[-1], need_m, K, V)
         with torch.no_grad():
-            o, fs = local(*tensors, h0_run, cu_dev, cpc.cu_seqlens_cpu)
-        return o, fs
+            # (2) share the transforms and fold those of the earlier ranks
+            Ms, has_m, s_in = _scan_forward(M, C, HV, K, V, sdt, v.device, group, W, r, pre, cpc)
+        if pre:
+            h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
+                      else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
+            h0_run[0] = s_in
+            # (3) the local call from the right incoming state
+            o, fs, leaves = run_local(h0_run)
+        if not build_graph:
+            return o, fs
+        st = _CPState()
+        st.leaves, st.o, st.fs = leaves, o, fs
+        st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
+        st.n_local, st.h0_given, st.cpc = n_local, h0 is not None, cpc
+        ctx.st = st
+        return o.detach(), fs.detach()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -304,12 +332,9 @@ class _CPChunk(torch.autograd.Function):
                 res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
                 grads = dict(zip(want, res))
                 D = grads[len(leaves) - 1][0]
-        gathered = _all_gather(D.to(fs.dtype), st.group)  # [W, HV, K, V]
+        e = _scan_backward(D.to(fs.dtype).contiguous(), st)
         if grads is None:
-            if st.post:  # the gradient of the state leaving this rank, folded from the last rank
-                e = torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device)
-                for j in range(st.W - 1, st.r, -1):
-                    e = (st.Ms[j].transpose(-1, -2) @ e + gathered[j]) if st.has_m[j] else gathered[j].clone()
+            if e is not None:  # the gradient of the state leaving this rank, from the later ranks
                 dfs = dfs.clone()
                 dfs[-1] += e
             res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)

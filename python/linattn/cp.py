@@ -47,6 +47,8 @@ import torch.distributed as dist
 
 __all__ = ["CPContext", "build_cp_context", "split_cu_seqlens"]
 
+_SCANS = ("auto", "allgather", "doubling")
+
 
 @dataclass
 class CPContext:
@@ -57,7 +59,10 @@ class CPContext:
     rank holding its position), so every global sequence is local to the ranks it touches.
     ``pre_num_ranks`` / ``post_num_ranks``: how many earlier / later ranks the first / last local
     sequence spans. ``start`` / ``end``: this rank's global token range; ``seq_ids``: the global
-    index of each local sequence.
+    index of each local sequence. ``scan``: how the ranks' transforms are combined:
+    ``"allgather"`` (one all-gather, then each rank folds the ranks before it: one collective,
+    ``(W - 1)`` messages received), ``"doubling"`` (recursive doubling with point-to-point
+    messages: ``ceil(log2 W) + 1`` rounds of one message), ``"auto"`` (all-gather up to 8 ranks).
     """
 
     group: Optional[object] = None
@@ -75,6 +80,7 @@ class CPContext:
     start: int = 0
     end: int = 0
     seq_ids: Optional[torch.Tensor] = None
+    scan: str = "auto"
 
     @property
     def num_seqs(self) -> int:
@@ -120,6 +126,7 @@ def build_cp_context(
     split_points: Optional[Sequence[int]] = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
+    scan: str = "auto",
 ) -> CPContext:
     """This rank's :class:`CPContext` (FLA's ``build_cp_context`` arguments, plus more).
 
@@ -135,7 +142,10 @@ def build_cp_context(
             to ``T`` (rank r holds ``[split_points[r], split_points[r+1])``); any offsets, every
             rank at least one token. Default: FLA's equal split (``T`` divisible by the world size).
         rank, world_size: default: those of ``group``.
+        scan: ``"auto"``, ``"allgather"`` or ``"doubling"`` (see :class:`CPContext`).
     """
+    if scan not in _SCANS:
+        raise ValueError(f"build_cp_context: scan must be one of {_SCANS}, got {scan!r}")
     if not use_tf32x3_affine_chain:
         raise ValueError("build_cp_context: use_tf32x3_affine_chain=False is not supported (FLA refuses it too)")
     if layout != "contiguous":
@@ -165,7 +175,7 @@ def build_cp_context(
                      is_first_rank=pre == 0, is_last_rank=post == 0, pre_num_ranks=pre, post_num_ranks=post,
                      conv1d_kernel_size=conv1d_kernel_size, pre_num_conv_tokens=max(0, sp[rank] - first_a),
                      layout="contiguous", rank=rank, world_size=world_size, start=sp[rank], end=sp[rank + 1],
-                     seq_ids=ids)
+                     seq_ids=ids, scan=scan)
 
 
 # --------------------------------------------------------------------------- the operator
@@ -182,10 +192,65 @@ def _slice_tokens(t, a, b):
     return None if t is None else t[:, a:b]
 
 
+def _use_doubling(cpc, W):
+    scan = getattr(cpc, "scan", "auto")
+    if scan not in _SCANS:
+        raise ValueError(f"cp_context.scan must be one of {_SCANS}, got {scan!r}")
+    return scan == "doubling" or (scan == "auto" and W > 8)
+
+
+def _exchange(t, send_to, recv_from, group):
+    """Send ``t`` to group rank ``send_to`` and receive a tensor like it from ``recv_from``
+    (either may be None); returns the received tensor or None."""
+    def peer(p):
+        return p if group is None else dist.get_global_rank(group, p)
+
+    ops, buf = [], None
+    if send_to is not None:
+        ops.append(dist.P2POp(dist.isend, t.contiguous(), peer(send_to), group))
+    if recv_from is not None:
+        buf = torch.empty_like(t)
+        ops.append(dist.P2POp(dist.irecv, buf, peer(recv_from), group))
+    if ops:
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+    return buf
+
+
+def _compose(cur, other, K):
+    """``[A | B]`` of the map ``x -> A_cur (A_other x + B_other) + B_cur``."""
+    a, b = cur[..., :K], cur[..., K:]
+    return torch.cat([a @ other[..., :K], a @ other[..., K:] + b], -1)
+
+
+def _doubling_scan(cur, K, group, W, r, forward):
+    """Inclusive scan of affine maps over the ranks (recursive doubling), then a shift by one:
+    forward, rank r gets ``B`` of ``f_{r-1} o ... o f_0``; backward, ``B`` of
+    ``g_{r+1} o ... o g_{W-1}``. None where there is no such rank."""
+    step = 1 if forward else -1
+    d = 1
+    while d < W:
+        to, frm = r + step * d, r - step * d
+        got = _exchange(cur, to if 0 <= to < W else None, frm if 0 <= frm < W else None, group)
+        if got is not None:
+            cur = _compose(cur, got, K)
+        d *= 2
+    to, frm = r + step, r - step
+    return _exchange(cur[..., K:].contiguous(), to if 0 <= to < W else None, frm if 0 <= frm < W else None, group)
+
+
 def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
     """Every rank's incoming state from the affine maps ``S -> M_j S + C_j`` of the ranks before
     it (``M_j = 0`` where rank j's last sequence starts on it or does not continue). Returns
     (the gathered M's or None, their flags or None, this rank's incoming state or None)."""
+    if _use_doubling(cpc, W):
+        cur = torch.zeros(HV, K, K + V, dtype=sdt, device=device)
+        if M is not None:
+            cur[..., :K] = M
+        if C is not None:
+            cur[..., K:] = C
+        s_in = _doubling_scan(cur, K, group, W, r, forward=True)
+        return None, None, (s_in if pre else None)
     packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=device)
     body = packed[:-1].view(HV, K, K + V)
     if M is not None:
@@ -210,6 +275,14 @@ def _scan_backward(D, st):
     """The gradient of the state leaving this rank (``dS_in`` of rank r + 1) from the ranks'
     ``D_j`` (gradient of the incoming state from their own outputs) and transitions:
     ``dS_in_j = M_j^T dS_in_{j+1} + D_j`` folded from the last rank."""
+    if st.Ms is None:  # recursive doubling over the maps x -> M_j^T x + D_j
+        K = D.shape[-2]
+        cur = torch.zeros(*D.shape[:-1], K + D.shape[-1], dtype=D.dtype, device=D.device)
+        if st.M_own is not None:
+            cur[..., :K] = st.M_own.transpose(-1, -2)
+        cur[..., K:] = D
+        e = _doubling_scan(cur, K, st.group, st.W, st.r, forward=False)
+        return e if st.post else None
     gathered = _all_gather(D, st.group)  # [W, HV, K, V]
     if not st.post:
         return None
@@ -308,7 +381,7 @@ class _CPChunk(torch.autograd.Function):
         st = _CPState()
         st.leaves, st.o, st.fs = leaves, o, fs
         st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
-        st.n_local, st.h0_given, st.cpc = n_local, h0 is not None, cpc
+        st.n_local, st.h0_given, st.M_own = n_local, h0 is not None, M
         ctx.st = st
         return o.detach(), fs.detach()
 

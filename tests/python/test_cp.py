@@ -90,6 +90,9 @@ def _call(fam, t, opts, cu_seqlens, h0, cp_context=None, final=True):
               cu_seqlens=cu_seqlens, cp_context=cp_context, A_log=t.get("A_log"), dt_bias=t.get("dt_bias"), **opts)
 
 
+# the two ways of combining the ranks' transforms (linattn.cp.CPContext.scan)
+SCANS = ("allgather", "doubling")
+
 _GRAD_KEYS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0")
 
 
@@ -107,16 +110,16 @@ def _worker(rank, world, init_file, names, outdir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     from linattn.cp import build_cp_context
 
-    for name in names:
+    for name, scan in ((n, s_) for n in names for s_ in SCANS):
         fam, W, dtype, cu, sp, H, G, K, V, opts, with_h0, _ = CASES[name]
         t, cu_t, w_o, w_h = _inputs(name)
-        ctx = build_cp_context(cu_t, group=None, split_points=sp)
+        ctx = build_cp_context(cu_t, group=None, split_points=sp, scan=scan)
         use = ctx
         if name.endswith("_fla"):  # duck typing: only the fields FLA's FLACPContext has
             use = types.SimpleNamespace(group=None, cu_seqlens=ctx.cu_seqlens, cu_seqlens_cpu=ctx.cu_seqlens_cpu,
                                         pre_num_ranks=ctx.pre_num_ranks, post_num_ranks=ctx.post_num_ranks,
                                         is_first_rank=ctx.is_first_rank, is_last_rank=ctx.is_last_rank,
-                                        layout="contiguous")
+                                        layout="contiguous", scan=scan)
         s, e, ids = ctx.start, ctx.end, ctx.seq_ids
         loc = {k_: (x[:, s:e] if k_ in ("q", "k", "v", "g", "beta") else x) for k_, x in t.items()}
         if "h0" in loc:
@@ -136,7 +139,7 @@ def _worker(rank, world, init_file, names, outdir):
         torch.save(dict(o=o.detach(), ht=ht.detach(), keep=keep, ids=ids, s=s, e=e, pre=ctx.pre_num_ranks,
                         grads={k_: x.grad for k_, x in loc.items()}, time=dt,
                         same_no_grad=same_no_grad),
-                   os.path.join(outdir, f"{name}.{rank}.pt"))
+                   os.path.join(outdir, f"{name}.{scan}.{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -157,12 +160,13 @@ def cp_runs():
     return outdir, timings
 
 
+@pytest.mark.parametrize("scan", SCANS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_cp_matches_single_process(cp_runs, name):
+def test_cp_matches_single_process(cp_runs, name, scan):
     outdir, _ = cp_runs
     fam, W, dtype, cu, sp, H, G, K, V, opts, with_h0, bitwise_ranks = CASES[name]
     o_ref, ht_ref, g_ref = _reference(name)
-    parts = [torch.load(os.path.join(outdir, f"{name}.{r}.pt")) for r in range(W)]
+    parts = [torch.load(os.path.join(outdir, f"{name}.{scan}.{r}.pt")) for r in range(W)]
     tol = TOL[dtype]
     o = torch.cat([p["o"] for p in parts], 1)
     errs = {"o": rel_err(o, o_ref)}
@@ -188,7 +192,7 @@ def test_cp_matches_single_process(cp_runs, name):
     for r in bitwise_ranks:
         p = parts[r]
         assert torch.equal(p["o"], o_ref[:, p["s"]:p["e"]]), f"{name}: rank {r}'s o is not bitwise the single-process o"
-    print(f"{name}: max rel err {max(errs.values()):.2e}; "
+    print(f"{name} ({scan}): max rel err {max(errs.values()):.2e}; "
           f"rank times {[round(p['time'], 3) for p in parts]} s")
 
 

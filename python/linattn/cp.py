@@ -475,6 +475,7 @@ def cp_forward(fn, fn_name, q, k, v, g, beta, *, cp_context, A_log, dt_bias, ini
     c.cu_seqlens_cpu = cu_cpu
     c.pre_num_ranks = int(cpc.pre_num_ranks)
     c.post_num_ranks = int(cpc.post_num_ranks)
+    c.scan = getattr(cpc, "scan", "auto")
 
     def local(q, k, v, g, beta, A_log, dt_bias, h0, cu, cu_c):
         return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, state_v_first=False,

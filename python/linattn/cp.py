@@ -219,8 +219,8 @@ def _exchange(t, send_to, recv_from, group):
 
 def _compose(cur, other, K):
     """``[A | B]`` of the map ``x -> A_cur (A_other x + B_other) + B_cur``."""
-    a, b = cur[..., :K], cur[..., K:]
-    return torch.cat([a @ other[..., :K], a @ other[..., K:] + b], -1)
+    a, b, o = cur[..., :K].double(), cur[..., K:].double(), other.double()  # float64: never TF32
+    return torch.cat([a @ o[..., :K], a @ o[..., K:] + b], -1).to(cur.dtype)
 
 
 def _doubling_scan(cur, K, group, W, r, forward):
@@ -265,10 +265,12 @@ def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
     has_m = [f != 0 for f in gathered[:, -1].tolist()]
     if not pre:
         return Ms, has_m, None
-    S = torch.zeros(HV, K, V, dtype=sdt, device=device)
+    # the fold in float64 (a few K x K x V products per rank; never TF32 whatever torch's
+    # matmul settings)
+    S = torch.zeros(HV, K, V, dtype=torch.float64, device=device)
     for j in range(r):  # S <- M_j S + C_j, a reset where M_j is absent
-        S = (Ms[j] @ S + Cs[j]) if has_m[j] else Cs[j].clone()
-    return Ms, has_m, S
+        S = (Ms[j].double() @ S + Cs[j].double()) if has_m[j] else Cs[j].double()
+    return Ms, has_m, S.to(sdt)
 
 
 def _scan_backward(D, st):
@@ -286,10 +288,10 @@ def _scan_backward(D, st):
     gathered = _all_gather(D, st.group)  # [W, HV, K, V]
     if not st.post:
         return None
-    e = torch.zeros_like(D)
+    e = torch.zeros_like(D, dtype=torch.float64)
     for j in range(st.W - 1, st.r, -1):
-        e = (st.Ms[j].transpose(-1, -2) @ e + gathered[j]) if st.has_m[j] else gathered[j].clone()
-    return e
+        e = (st.Ms[j].double().transpose(-1, -2) @ e + gathered[j].double()) if st.has_m[j] else gathered[j].double()
+    return e.to(D.dtype)
 
 
 class _CPState:

@@ -218,6 +218,14 @@ def test_cp_refusals():
         linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], cp_context=ctx, return_intermediate_states=True)
     with pytest.raises(ValueError, match="cp_context"):
         linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], cp_context=object())
+    # linattn.fla's verifier: a CP call is checked by the local call's rules, nothing runs
+    from linattn._torch_ops import ValidatedOnly, validate_only
+    with pytest.raises(ValidatedOnly), validate_only():
+        linattn.chunk_kda(t["q"][:, :100], t["k"][:, :100], t["v"][:, :100], t["g"][:, :100],
+                          t["beta"][:, :100], cp_context=ctx)
+    with pytest.raises(ValueError), validate_only():  # 99 tokens against a local cu_seqlens of 100
+        linattn.chunk_kda(t["q"][:, :99], t["k"][:, :99], t["v"][:, :99], t["g"][:, :99],
+                          t["beta"][:, :99], cp_context=ctx)
     with pytest.raises(NotImplementedError, match="contiguous"):
         linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"][..., 0], t["beta"],
                           cp_context=CPContext(cu_seqlens=ctx.cu_seqlens, layout="zigzag"))

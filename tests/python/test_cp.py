@@ -217,6 +217,8 @@ def test_cp_matches_single_process(cp_runs, name, scan):
     for r in bitwise_ranks:
         p = parts[r]
         assert torch.equal(p["o"], o_ref[:, p["s"]:p["e"]]), f"{name}: rank {r}'s o is not bitwise the single-process o"
+        kept = p["ids"][p["keep"]]
+        assert torch.equal(p["ht"][p["keep"]].to(ht_ref.dtype), ht_ref[kept]), f"{name}: rank {r}'s final states differ"
     print(f"{name} ({scan}): max rel err {max(errs.values()):.2e} ({max(errs, key=errs.get)}); "
           f"rank times {[round(p['time'], 3) for p in parts]} s")
 

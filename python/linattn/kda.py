@@ -155,13 +155,15 @@ def chunk_kda(
     check_chunk_size(name, "KDA", chunk_size, return_intermediate_states)
     if cp_context is not None:  # context parallelism: linattn.cp (docs/context_parallel.md)
         from .cp import cp_forward
-        return cp_forward(chunk_kda, name, q, k, v, g, beta, cp_context=cp_context, A_log=A_log, dt_bias=dt_bias,
-                          initial_state=initial_state, output_final_state=output_final_state,
+        opts = dict(scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                    use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                    allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
+                    disable_recompute=disable_recompute,
+                    chunk_size=chunk_size, backward_precision=backward_precision)
+        return cp_forward(chunk_kda, name, q, k, v, g, beta, cp_context=cp_context, A_log=A_log,
+                          dt_bias=dt_bias, initial_state=initial_state, output_final_state=output_final_state,
                           state_v_first=state_v_first, return_intermediate_states=return_intermediate_states,
-                          opts=dict(scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-                 use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-                 safe_gate=safe_gate, lower_bound=lower_bound, disable_recompute=disable_recompute,
-                 chunk_size=chunk_size, backward_precision=backward_precision))
+                          opts=opts)
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)

@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 __all__ = ["CPContext", "build_cp_context", "split_cu_seqlens"]
 
-_SCANS = ("auto", "allgather", "doubling")
+_SCANS = ("auto", "allgather", "doubling", "relay")
 
 
 @dataclass
@@ -62,7 +62,11 @@ class CPContext:
     index of each local sequence. ``scan``: how the ranks' transforms are combined:
     ``"allgather"`` (one all-gather, then each rank folds the ranks before it: one collective,
     ``(W - 1)`` messages received), ``"doubling"`` (recursive doubling with point-to-point
-    messages: ``ceil(log2 W) + 1`` rounds of one message), ``"auto"`` (all-gather up to 8 ranks).
+    messages: ``ceil(log2 W) + 1`` rounds of one message), ``"auto"`` (all-gather up to 8 ranks),
+    ``"relay"`` (sequential: each rank waits for the state of the rank before it, and in the
+    backward for the gradient of the rank after it; no transition, one local pass each way; a
+    reference mode: with split points on 64-token chunk boundaries of the sequences it gives
+    bitwise the single-device results, but the ranks of one sequence run one after another).
     """
 
     group: Optional[object] = None
@@ -142,7 +146,7 @@ def build_cp_context(
             to ``T`` (rank r holds ``[split_points[r], split_points[r+1])``); any offsets, every
             rank at least one token. Default: FLA's equal split (``T`` divisible by the world size).
         rank, world_size: default: those of ``group``.
-        scan: ``"auto"``, ``"allgather"`` or ``"doubling"`` (see :class:`CPContext`).
+        scan: ``"auto"``, ``"allgather"``, ``"doubling"`` or ``"relay"`` (see :class:`CPContext`).
     """
     if scan not in _SCANS:
         raise ValueError(f"build_cp_context: scan must be one of {_SCANS}, got {scan!r}")
@@ -357,7 +361,19 @@ class _CPChunk(torch.autograd.Function):
             return o, fs, leaves
 
         M = C = None
-        if not pre:
+        relay = getattr(cpc, "scan", "auto") == "relay"
+        if relay:  # sequential: wait for rank r - 1's state, hand ours to rank r + 1
+            Ms = has_m = None
+            if pre:
+                h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
+                          else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
+                h0_run[0] = _exchange(torch.zeros(HV, K, V, dtype=sdt, device=v.device), None, r - 1, group)
+                h0_loc = h0_run
+            o, fs, leaves = run_local(h0_loc)
+            if post:
+                _exchange(fs[-1].detach().to(sdt), r + 1, None, group)
+            pre_fold = False
+        elif not pre:
             # nothing comes in: the local call is final at once, and its last state is what the
             # next rank needs (C with M = 0)
             o, fs, leaves = run_local(h0_loc)
@@ -369,10 +385,12 @@ class _CPChunk(torch.autograd.Function):
             h0_last = None if (h0_loc is None or need_m) else h0_loc[-1:]
             with torch.no_grad():
                 M, C = _local_transform(local, tensors, h0_last, cu[-2], cu[-1], need_m, K, V)
-        with torch.no_grad():
-            # (2) share the transforms and fold those of the earlier ranks
-            Ms, has_m, s_in = _scan_forward(M, C, HV, K, V, sdt, v.device, group, W, r, pre, cpc)
-        if pre:
+        if not relay:
+            pre_fold = pre
+            with torch.no_grad():
+                # (2) share the transforms and fold those of the earlier ranks
+                Ms, has_m, s_in = _scan_forward(M, C, HV, K, V, sdt, v.device, group, W, r, pre, cpc)
+        if pre_fold:
             h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
                       else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
             h0_run[0] = s_in
@@ -383,7 +401,7 @@ class _CPChunk(torch.autograd.Function):
         st = _CPState()
         st.leaves, st.o, st.fs = leaves, o, fs
         st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
-        st.n_local, st.h0_given, st.M_own = n_local, h0 is not None, M
+        st.n_local, st.h0_given, st.M_own, st.relay = n_local, h0 is not None, M, relay
         ctx.st = st
         return o.detach(), fs.detach()
 
@@ -399,7 +417,15 @@ class _CPChunk(torch.autograd.Function):
         grads = None
         HV, K, V = fs.shape[1], fs.shape[2], fs.shape[3]
         D = torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device)
-        if st.pre:
+        if st.relay:  # sequential from the last rank: one backward per rank
+            if st.post:
+                dfs = dfs.clone()
+                dfs[-1] += _exchange(D, None, st.r + 1, st.group)
+            res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
+            grads = dict(zip(want, res))
+            if st.pre:
+                _exchange(grads[len(leaves) - 1][0].to(fs.dtype), st.r - 1, None, st.group)
+        elif st.pre:
             h0_leaf = leaves[-1]
             if st.post:  # pass A: the incoming-state gradient without the later ranks' part
                 D = torch.autograd.grad([o, fs], [h0_leaf], [do, dfs], retain_graph=True)[0][0]
@@ -407,7 +433,7 @@ class _CPChunk(torch.autograd.Function):
                 res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
                 grads = dict(zip(want, res))
                 D = grads[len(leaves) - 1][0]
-        e = _scan_backward(D.to(fs.dtype).contiguous(), st)
+        e = None if st.relay else _scan_backward(D.to(fs.dtype).contiguous(), st)
         if grads is None:
             if e is not None:  # the gradient of the state leaving this rank, from the later ranks
                 dfs = dfs.clone()

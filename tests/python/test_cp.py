@@ -3,8 +3,9 @@ single-process call (forward, final states and every gradient).
 
 Each world size is spawned once (module fixture) and runs every case of that size; the parent
 compares. Tolerances: SPEC's (1e-5 float64, 2e-3 float32, 1e-2 bf16) on o, the final states
-and every gradient; rank 0 (whose sequences all start on it) gives bitwise the single-process
-o (checked)."""
+and every gradient, for each scan (all-gather, recursive doubling, relay); rank 0 (whose
+sequences all start on it) gives bitwise the single-process o and final states, and the relay
+with chunk-aligned split points bitwise everything (checked)."""
 
 from __future__ import annotations
 

@@ -55,6 +55,8 @@ CASES = {
     # at 0, at a split point and at T
     "gdn_w3_odd": ("gdn", 3, torch.float64, [0, 0, 40, 120, 120, 190, 200, 200], [0, 33, 120, 200], 1, 2, 16, 16,
                    dict(use_beta_sigmoid_in_kernel=True), True, (0,)),
+    # K + V > 256: the transition and the offset come from two calls
+    "kda_w3_wide": ("kda", 3, torch.float64, [0, 120], [0, 41, 83, 120], 1, 1, 144, 128, {}, True, (0,)),
     "kda_w4_chain": ("kda", 4, torch.float64, [0, 256], [0, 64, 128, 192, 256], 1, 1, 16, 16, {}, True, (0,)),
 }
 

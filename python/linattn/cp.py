@@ -9,11 +9,13 @@ ranges, one per rank of a process group. Each rank calls :func:`linattn.chunk_kd
 Per sequence and value head the recurrence is affine in the incoming state over any run of
 tokens, ``S_out = M S_in + C`` (``M``: K x K). A rank whose first sequence started on an
 earlier rank needs that sequence's state at its first token: every rank computes ``(M, C)`` of
-its last sequence when it continues on the next rank, one ``all_gather`` shares them, and each
-rank folds the transforms of the ranks before it (no rank waits for another's local compute).
-The backward mirrors it: ``dS_in = M^T dS_out + D`` with ``D`` the local gradient of the
-incoming state, one ``all_gather`` of the ``D``'s, a fold from the last rank, and the local
-backward with the right gradient of the outgoing state. Communication uses the group's backend
+its last sequence when it continues on the next rank, one ``all_gather`` shares them (or a
+recursive-doubling scan: ``CPContext.scan``), and each rank folds the transforms of the ranks
+before it (no rank waits for another's local compute). The backward mirrors it:
+``dS_in = M^T dS_out + D`` with ``D`` the local gradient of the incoming state, the ``D``'s
+shared the same way, a fold from the last rank, and the local backward with the right gradient
+of the outgoing state. ``scan="relay"`` is a sequential reference mode instead (bitwise the
+single-device results with chunk-aligned split points). Communication uses the group's backend
 (gloo for CPU tensors, NCCL for CUDA tensors); nothing here is device-specific.
 
 Beyond FLA's ``cp_context``: odd split points (``split_points=``), ``initial_state`` and
@@ -34,7 +36,7 @@ States with CP (``N_local`` = number of sequences in the context's local ``cu_se
   way.
 
 Every rank of the group must make the same calls (forward and backward) in the same order:
-each forward and each backward runs one collective.
+each forward and each backward communicates.
 """
 
 from __future__ import annotations

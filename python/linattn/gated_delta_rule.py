@@ -84,7 +84,9 @@ def chunk_gated_delta_rule(
         state_v_first: states use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens`` (avoids a device sync).
-        chunk_indices, cp_context: not supported; must be None.
+        chunk_indices: not supported; must be None.
+        cp_context: context parallelism over a ``torch.distributed`` group, as in
+            :func:`linattn.chunk_kda` (:mod:`linattn.cp`, ``docs/context_parallel.md``).
         use_gate_in_kernel: ``g = -exp(A_log) * softplus(g + dt_bias)`` inside the kernel,
             with ``A_log`` and optional ``dt_bias`` of ``HV`` elements each (any shape, e.g.
             ``[HV]`` or ``[1, 1, HV, 1]``, as in FLA); gradients are returned for the
@@ -121,8 +123,17 @@ def chunk_gated_delta_rule(
     refuse_head_first(name, kwargs)
     take_kwargs(name, kwargs, {})
     refuse(name, "chunk_indices", chunk_indices)
-    refuse(name, "cp_context", cp_context)
     check_chunk_size(name, "Gated Delta Rule", chunk_size, return_intermediate_states)
+    if cp_context is not None:  # context parallelism: linattn.cp (docs/context_parallel.md)
+        from .cp import cp_forward
+        opts = dict(scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                    use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                    allow_neg_eigval=allow_neg_eigval, disable_recompute=disable_recompute,
+                    chunk_size=chunk_size, backward_precision=backward_precision)
+        return cp_forward(chunk_gated_delta_rule, name, q, k, v, g, beta, cp_context=cp_context, A_log=A_log,
+                          dt_bias=dt_bias, initial_state=initial_state, output_final_state=output_final_state,
+                          state_v_first=state_v_first, return_intermediate_states=return_intermediate_states,
+                          opts=opts)
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, check_chunk_size, intermediate_states_as, refuse, refuse_graph_mode,
+from ._args import (align_qkv_dtypes, check_chunk_size, intermediate_states_as, refuse_graph_mode,
                     finish_output, fused_recurrent_states, state_in_float32, state_layout, take_kwargs)
 from ._decode import run_decode, selects_decode
 from ._torch_ops import run_forward_split
@@ -110,7 +110,12 @@ def chunk_kda(
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries on the tensors' device.
         cu_seqlens_cpu: the same values in CPU memory; for CUDA tensors it saves a
             device-to-host copy (made with ``.cpu()`` when omitted).
-        cp_context: context parallelism is not supported; must be None.
+        cp_context: context parallelism over a ``torch.distributed`` group: this rank's part of one
+            packed stream (batch 1), a context from :func:`linattn.cp.build_cp_context` (or FLA's
+            ``fla.ops.cp.build_cp_context``, contiguous layout). It replaces ``cu_seqlens``. Unlike
+            FLA, ``initial_state`` / ``output_final_state`` work, per local sequence (see
+            :mod:`linattn.cp` and ``docs/context_parallel.md``); ``return_intermediate_states``
+            is refused.
         use_graph, max_num_seqs: FLA's fixed-shape varlen mode for graph capture; not
             supported (``use_graph`` must be False; :func:`fused_recurrent_kda`'s decode path
             is graph-capturable).
@@ -146,9 +151,19 @@ def chunk_kda(
     name = "chunk_kda"
     state_v_first = state_layout(name, state_v_first, kwargs)
     take_kwargs(name, kwargs, {})
-    refuse(name, "cp_context", cp_context)
     refuse_graph_mode(name, use_graph, max_num_seqs)
     check_chunk_size(name, "KDA", chunk_size, return_intermediate_states)
+    if cp_context is not None:  # context parallelism: linattn.cp (docs/context_parallel.md)
+        from .cp import cp_forward
+        opts = dict(scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                    use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                    allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
+                    disable_recompute=disable_recompute,
+                    chunk_size=chunk_size, backward_precision=backward_precision)
+        return cp_forward(chunk_kda, name, q, k, v, g, beta, cp_context=cp_context, A_log=A_log,
+                          dt_bias=dt_bias, initial_state=initial_state, output_final_state=output_final_state,
+                          state_v_first=state_v_first, return_intermediate_states=return_intermediate_states,
+                          opts=opts)
     k_in = k
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = state_in_float32(initial_state)

@@ -66,7 +66,9 @@ def test_not_supported_is_not_implemented_error(kda):
 
 
 def test_unsupported_fla_arguments(kda):
-    with pytest.raises(NotImplementedError, match="cp_context"):
+    # cp_context is supported (linattn.cp, tests/python/test_cp.py); an object that is not a
+    # context is refused by name
+    with pytest.raises(ValueError, match="cp_context"):
         run(kda, cp_context=object())
     t, _ = make_inputs("gdn", B=1, T=8, K=8, V=8)
     with pytest.raises(NotImplementedError, match="chunk_indices"):

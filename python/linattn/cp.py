@@ -1,0 +1,524 @@
+"""Context parallelism (CP) for the delta-rule families (KDA, GDN) over ``torch.distributed``.
+
+One packed token stream (``B = 1``, global ``cu_seqlens``) is split into contiguous token
+ranges, one per rank of a process group. Each rank calls :func:`linattn.chunk_kda` /
+:func:`linattn.chunk_gated_delta_rule` on its own tokens with ``cp_context=`` the context of
+:func:`build_cp_context`; the results are those of the single-device call on the whole stream
+(see ``docs/context_parallel.md`` for the math, the communication and the accuracy).
+
+Per sequence and value head the recurrence is affine in the incoming state over any run of
+tokens, ``S_out = M S_in + C`` (``M``: K x K). A rank whose first sequence started on an
+earlier rank needs that sequence's state at its first token: every rank computes ``(M, C)`` of
+its last sequence when it continues on the next rank, one ``all_gather`` shares them (or a
+recursive-doubling scan: ``CPContext.scan``), and each rank folds the transforms of the ranks
+before it (no rank waits for another's local compute). The backward mirrors it:
+``dS_in = M^T dS_out + D`` with ``D`` the local gradient of the incoming state, the ``D``'s
+shared the same way, a fold from the last rank, and the local backward with the right gradient
+of the outgoing state. ``scan="relay"`` is a sequential reference mode instead (bitwise the
+single-device results with chunk-aligned split points). Communication uses the group's backend
+(gloo for CPU tensors, NCCL for CUDA tensors); nothing here is device-specific.
+
+Beyond FLA's ``cp_context``: odd split points (``split_points=``), ``initial_state`` and
+``output_final_state`` with their gradients (per *local* sequence, below), every gate mode,
+GVA, ``state_v_first``. FLA's own contexts (``fla.ops.cp.build_cp_context``, contiguous
+layout) are accepted too (they carry the same ``cu_seqlens`` / ``pre_num_ranks`` /
+``post_num_ranks`` fields).
+
+States with CP (``N_local`` = number of sequences in the context's local ``cu_seqlens``):
+
+* ``initial_state``: ``[N_local, HV, K, V]``; row ``i`` is the initial state of local sequence
+  ``i`` when that sequence starts on this rank. When the first local sequence started on an
+  earlier rank (``ctx.pre_num_ranks > 0``) its row is ignored (the state comes from the earlier
+  rank) and receives a zero gradient.
+* final state: ``[N_local, HV, K, V]``; row ``i`` is the state after the last local token of
+  local sequence ``i``: the sequence's final state when it ends on this rank, otherwise the state
+  at this rank's boundary (the state the next rank starts from), with a correct gradient either
+  way.
+
+Every rank of the group must make the same calls (forward and backward) in the same order:
+each forward and each backward communicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["CPContext", "build_cp_context", "split_cu_seqlens"]
+
+_SCANS = ("auto", "allgather", "doubling", "relay")
+
+
+@dataclass
+class CPContext:
+    """This rank's part of a packed stream (FLA's ``FLACPContext`` field names, plus more).
+
+    ``cu_seqlens`` / ``cu_seqlens_cpu``: the local sequence boundaries (int32), on the device of
+    the global ``cu_seqlens`` / in CPU memory; empty sequences of the stream are kept (each on the
+    rank holding its position), so every global sequence is local to the ranks it touches.
+    ``pre_num_ranks`` / ``post_num_ranks``: how many earlier / later ranks the first / last local
+    sequence spans. ``start`` / ``end``: this rank's global token range; ``seq_ids``: the global
+    index of each local sequence. ``scan``: how the ranks' transforms are combined:
+    ``"allgather"`` (one all-gather, then each rank folds the ranks before it: one collective,
+    ``(W - 1)`` messages received), ``"doubling"`` (recursive doubling with point-to-point
+    messages: ``ceil(log2 W) + 1`` rounds of one message), ``"auto"`` (all-gather up to 8 ranks),
+    ``"relay"`` (sequential: each rank waits for the state of the rank before it, and in the
+    backward for the gradient of the rank after it; no transition, one local pass each way; a
+    reference mode: with split points on 64-token chunk boundaries of the sequences it gives
+    bitwise the single-device results, but the ranks of one sequence run one after another).
+    """
+
+    group: Optional[object] = None
+    cu_seqlens: Optional[torch.Tensor] = None
+    cu_seqlens_cpu: Optional[torch.Tensor] = None
+    is_first_rank: bool = True
+    is_last_rank: bool = True
+    pre_num_ranks: int = 0
+    post_num_ranks: int = 0
+    conv1d_kernel_size: Optional[int] = None
+    pre_num_conv_tokens: int = 0
+    layout: str = "contiguous"
+    rank: int = 0
+    world_size: int = 1
+    start: int = 0
+    end: int = 0
+    seq_ids: Optional[torch.Tensor] = None
+    scan: str = "auto"
+
+    @property
+    def num_seqs(self) -> int:
+        return 0 if self.cu_seqlens is None else len(self.cu_seqlens) - 1
+
+    @property
+    def is_cp_enabled(self) -> bool:
+        return self.group is not None
+
+
+def split_cu_seqlens(cu_seqlens_cpu: torch.Tensor, split_points: Sequence[int], rank: int):
+    """Local ``cu_seqlens`` (int64), global sequence ids, and (pre, post) rank counts of ``rank``
+    for the token ranges ``[split_points[r], split_points[r + 1])``."""
+    cu = [int(x) for x in cu_seqlens_cpu.tolist()]
+    sp = [int(x) for x in split_points]
+    s, e, T = sp[rank], sp[rank + 1], sp[-1]
+    ids, local = [], [0]
+    for i in range(len(cu) - 1):
+        a, b = cu[i], cu[i + 1]
+        if a < b:
+            take = a < e and b > s
+        else:  # an empty sequence lives on the rank holding its position (the last rank at T)
+            take = s <= a < e or (a == T and e == T)
+        if take:
+            ids.append(i)
+            local.append(min(b, e) - s)
+    first_a = cu[ids[0]] if ids else s
+    last_b = cu[ids[-1] + 1] if ids else e
+    pre = sum(1 for r in range(rank) if sp[r + 1] > first_a and sp[r] < sp[r + 1]) if first_a < s else 0
+    post = (sum(1 for r in range(rank + 1, len(sp) - 1) if sp[r] < last_b and sp[r] < sp[r + 1])
+            if last_b > e else 0)
+    return torch.tensor(local, dtype=torch.int64), torch.tensor(ids, dtype=torch.int64), pre, post, first_a
+
+
+def build_cp_context(
+    cu_seqlens: torch.Tensor,
+    group=None,
+    conv1d_kernel_size: Optional[int] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+    use_tf32x3_affine_chain: bool = True,
+    layout: str = "contiguous",
+    *,
+    split_points: Optional[Sequence[int]] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    scan: str = "auto",
+) -> CPContext:
+    """This rank's :class:`CPContext` (FLA's ``build_cp_context`` arguments, plus more).
+
+    Args:
+        cu_seqlens: the global ``[N + 1]`` boundaries of the packed stream (before splitting).
+        group: the process group (``None``: the default group).
+        conv1d_kernel_size: kept for FLA's short-convolution layers (not used by linattn's ops).
+        cu_seqlens_cpu: the same values in CPU memory (saves a copy from the device).
+        use_tf32x3_affine_chain: FLA's legacy flag; must be True (linattn folds in float32, or
+            float64 for float64 inputs).
+        layout: ``"contiguous"`` only (FLA's ``"zigzag"`` is refused).
+        split_points: the ranks' token ranges, ``world_size + 1`` non-decreasing offsets from 0
+            to ``T`` (rank r holds ``[split_points[r], split_points[r+1])``); any offsets, every
+            rank at least one token. Default: FLA's equal split (``T`` divisible by the world size).
+        rank, world_size: default: those of ``group``.
+        scan: ``"auto"``, ``"allgather"``, ``"doubling"`` or ``"relay"`` (see :class:`CPContext`).
+    """
+    if scan not in _SCANS:
+        raise ValueError(f"build_cp_context: scan must be one of {_SCANS}, got {scan!r}")
+    if not use_tf32x3_affine_chain:
+        raise ValueError("build_cp_context: use_tf32x3_affine_chain=False is not supported (FLA refuses it too)")
+    if layout != "contiguous":
+        raise NotImplementedError(f"build_cp_context: layout {layout!r} is not supported by linattn (contiguous only)")
+    if world_size is None:
+        world_size = dist.get_world_size(group=group)
+    if rank is None:
+        rank = dist.get_rank(group=group)
+    if cu_seqlens_cpu is None:
+        cu_seqlens_cpu = cu_seqlens.detach().cpu()
+    cu_cpu = cu_seqlens_cpu.to(torch.int64)
+    if cu_cpu.dim() != 1 or cu_cpu.numel() < 2 or cu_cpu[0] != 0 or bool((cu_cpu[1:] < cu_cpu[:-1]).any()):
+        raise ValueError("build_cp_context: cu_seqlens must be 1-D, start at 0 and be non-decreasing")
+    T = int(cu_cpu[-1])
+    if split_points is None:
+        if T % world_size:
+            raise ValueError(f"build_cp_context: the total length ({T}) must be divisible by the world size "
+                             f"({world_size}) for the equal split; pass split_points for another split")
+        split_points = [T // world_size * r for r in range(world_size + 1)]
+    sp = [int(x) for x in split_points]
+    if len(sp) != world_size + 1 or sp[0] != 0 or sp[-1] != T or any(b <= a for a, b in zip(sp, sp[1:])):
+        raise ValueError(f"build_cp_context: split_points must be {world_size + 1} increasing offsets from 0 to {T} "
+                         f"(every rank holds at least one token), got {sp}")
+    local, ids, pre, post, first_a = split_cu_seqlens(cu_cpu, sp, rank)
+    local32 = local.to(torch.int32)
+    return CPContext(group=group, cu_seqlens=local32.to(cu_seqlens.device), cu_seqlens_cpu=local32,
+                     is_first_rank=pre == 0, is_last_rank=post == 0, pre_num_ranks=pre, post_num_ranks=post,
+                     conv1d_kernel_size=conv1d_kernel_size, pre_num_conv_tokens=max(0, sp[rank] - first_a),
+                     layout="contiguous", rank=rank, world_size=world_size, start=sp[rank], end=sp[rank + 1],
+                     seq_ids=ids, scan=scan)
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+def _all_gather(t: torch.Tensor, group) -> torch.Tensor:
+    n = dist.get_world_size(group=group)
+    out = [torch.empty_like(t) for _ in range(n)]
+    dist.all_gather(out, t.contiguous(), group=group)
+    return torch.stack(out)
+
+
+def _slice_tokens(t, a, b):
+    return None if t is None else t[:, a:b]
+
+
+def _use_doubling(cpc, W):
+    scan = getattr(cpc, "scan", "auto")
+    if scan not in _SCANS:
+        raise ValueError(f"cp_context.scan must be one of {_SCANS}, got {scan!r}")
+    return scan == "doubling" or (scan == "auto" and W > 8)
+
+
+def _exchange(t, send_to, recv_from, group):
+    """Send ``t`` to group rank ``send_to`` and receive a tensor like it from ``recv_from``
+    (either may be None); returns the received tensor or None."""
+    def peer(p):
+        return p if group is None else dist.get_global_rank(group, p)
+
+    ops, buf = [], None
+    if send_to is not None:
+        ops.append(dist.P2POp(dist.isend, t.contiguous(), peer(send_to), group))
+    if recv_from is not None:
+        buf = torch.empty_like(t)
+        ops.append(dist.P2POp(dist.irecv, buf, peer(recv_from), group))
+    if ops:
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+    return buf
+
+
+def _compose(cur, other, K):
+    """``[A | B]`` of the map ``x -> A_cur (A_other x + B_other) + B_cur``."""
+    a, b, o = cur[..., :K].double(), cur[..., K:].double(), other.double()  # float64: never TF32
+    return torch.cat([a @ o[..., :K], a @ o[..., K:] + b], -1).to(cur.dtype)
+
+
+def _doubling_scan(cur, K, group, W, r, forward):
+    """Inclusive scan of affine maps over the ranks (recursive doubling), then a shift by one:
+    forward, rank r gets ``B`` of ``f_{r-1} o ... o f_0``; backward, ``B`` of
+    ``g_{r+1} o ... o g_{W-1}``. None where there is no such rank."""
+    step = 1 if forward else -1
+    d = 1
+    while d < W:
+        to, frm = r + step * d, r - step * d
+        got = _exchange(cur, to if 0 <= to < W else None, frm if 0 <= frm < W else None, group)
+        if got is not None:
+            cur = _compose(cur, got, K)
+        d *= 2
+    to, frm = r + step, r - step
+    return _exchange(cur[..., K:].contiguous(), to if 0 <= to < W else None, frm if 0 <= frm < W else None, group)
+
+
+def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
+    """Every rank's incoming state from the affine maps ``S -> M_j S + C_j`` of the ranks before
+    it (``M_j = 0`` where rank j's last sequence starts on it or does not continue). Returns
+    (the gathered M's or None, their flags or None, this rank's incoming state or None)."""
+    if _use_doubling(cpc, W):
+        cur = torch.zeros(HV, K, K + V, dtype=sdt, device=device)
+        if M is not None:
+            cur[..., :K] = M
+        if C is not None:
+            cur[..., K:] = C
+        s_in = _doubling_scan(cur, K, group, W, r, forward=True)
+        return None, None, (s_in if pre else None)
+    packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=device)
+    body = packed[:-1].view(HV, K, K + V)
+    if M is not None:
+        body[..., :K] = M
+        packed[-1] = 1
+    if C is not None:
+        body[..., K:] = C
+    # one all-gather: [M | C] of the last sequence (zeros when it does not continue) and a flag
+    gathered = _all_gather(packed, group)  # [W, HV * K * (K + V) + 1]
+    Ms = gathered[:, :-1].view(W, HV, K, K + V)[..., :K]
+    Cs = gathered[:, :-1].view(W, HV, K, K + V)[..., K:]
+    has_m = [f != 0 for f in gathered[:, -1].tolist()]
+    if not pre:
+        return Ms, has_m, None
+    # the fold in float64 (a few K x K x V products per rank; never TF32 whatever torch's
+    # matmul settings)
+    S = torch.zeros(HV, K, V, dtype=torch.float64, device=device)
+    for j in range(r):  # S <- M_j S + C_j, a reset where M_j is absent
+        S = (Ms[j].double() @ S + Cs[j].double()) if has_m[j] else Cs[j].double()
+    return Ms, has_m, S.to(sdt)
+
+
+def _scan_backward(D, st):
+    """The gradient of the state leaving this rank (``dS_in`` of rank r + 1) from the ranks'
+    ``D_j`` (gradient of the incoming state from their own outputs) and transitions:
+    ``dS_in_j = M_j^T dS_in_{j+1} + D_j`` folded from the last rank."""
+    if st.Ms is None:  # recursive doubling over the maps x -> M_j^T x + D_j
+        K = D.shape[-2]
+        cur = torch.zeros(*D.shape[:-1], K + D.shape[-1], dtype=D.dtype, device=D.device)
+        if st.M_own is not None:
+            cur[..., :K] = st.M_own.transpose(-1, -2)
+        cur[..., K:] = D
+        e = _doubling_scan(cur, K, st.group, st.W, st.r, forward=False)
+        return e if st.post else None
+    gathered = _all_gather(D, st.group)  # [W, HV, K, V]
+    if not st.post:
+        return None
+    e = torch.zeros_like(D, dtype=torch.float64)
+    for j in range(st.W - 1, st.r, -1):
+        e = (st.Ms[j].double().transpose(-1, -2) @ e + gathered[j].double()) if st.has_m[j] else gathered[j].double()
+    return e.to(D.dtype)
+
+
+class _CPState:
+    """What a rank needs for its backward: the local graph and the gathered transforms."""
+
+
+def _local_transform(local, tensors, h0_last, a, b, need_m, K, V):
+    """Final state of the tokens ``[a, b)`` (one sequence) as ``M S_in + C``: returns (M, C);
+    ``M`` only when ``need_m`` (C starts from ``h0_last`` or zero)."""
+    q, k, v, g, beta, A_log, dt_bias = tensors
+    q, k, v, g, beta = (_slice_tokens(t, a, b) for t in (q, k, v, g, beta))
+    HV = v.shape[2]
+    if not need_m:
+        _, fs = local(q, k, v, g, beta, A_log, dt_bias, h0_last, None, None)
+        return None, fs[0]
+    sdt = torch.float64 if v.dtype == torch.float64 else torch.float32
+    eye = torch.eye(K, dtype=sdt, device=v.device)
+    eye = eye.expand(1, HV, K, K)
+    zero_v = v.new_zeros(1, b - a, HV, K)
+    c0 = h0_last if h0_last is not None else torch.zeros(1, HV, K, V, dtype=eye.dtype, device=v.device)
+    if K + V <= 256:  # one pass over the widened state [I | S0] with values [0 | v]
+        try:
+            _, fs = local(q, k, torch.cat([zero_v, v], -1), g, beta, A_log, dt_bias,
+                          torch.cat([eye, c0.to(eye.dtype)], -1).contiguous(), None, None)
+            return fs[0, ..., :K], fs[0, ..., K:]
+        except NotImplementedError:  # a backend without that value width (CUDA: V in {64, 128, 256})
+            pass
+    _, fm = local(q, k, zero_v, g, beta, A_log, dt_bias, eye.contiguous(), None, None)
+    _, fc = local(q, k, v, g, beta, A_log, dt_bias, c0, None, None)
+    return fm[0], fc[0]
+
+
+class _CPChunk(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, local, cpc, build_graph, q, k, v, g, beta, A_log, dt_bias, h0):
+        tensors = (q, k, v, g, beta, A_log, dt_bias)
+        group = cpc.group
+        W = dist.get_world_size(group=group)
+        r = dist.get_rank(group=group)
+        cu = [int(x) for x in cpc.cu_seqlens_cpu.tolist()]
+        n_local = len(cu) - 1
+        pre, post = cpc.pre_num_ranks > 0, cpc.post_num_ranks > 0
+        if n_local < 1 or q.shape[1] != cu[-1]:
+            raise ValueError(f"cp_context: this rank holds {q.shape[1]} tokens but its local cu_seqlens "
+                             f"covers {cu[-1]} in {n_local} sequences")
+        K, HV, V = q.shape[-1], v.shape[2], v.shape[-1]
+        sdt = torch.float64 if v.dtype == torch.float64 else torch.float32  # the states' dtype
+        # zero the incoming row of a continued first sequence: its state comes from rank r - 1
+        h0_loc = h0
+        if h0 is not None and pre:
+            h0_loc = h0.clone()
+            h0_loc[0] = 0
+        cu_dev, cu_cpu = cpc.cu_seqlens, cpc.cu_seqlens_cpu
+
+        def run_local(h0_run):  # the local call from the right incoming state (with its graph)
+            if not build_graph:
+                with torch.no_grad():
+                    o, fs = local(*tensors, h0_run, cu_dev, cu_cpu)
+                return o, fs, None
+            with torch.enable_grad():
+                leaves = [None if t is None else t.detach().requires_grad_(need)
+                          for t, need in zip(tensors + (h0_run,), ctx.needs_input_grad[3:])]
+                if leaves[-1] is not None and pre:
+                    leaves[-1].requires_grad_(True)  # for the gradient sent to rank r - 1
+                o, fs = local(*leaves, cu_dev, cu_cpu)
+            return o, fs, leaves
+
+        M = C = None
+        relay = getattr(cpc, "scan", "auto") == "relay"
+        if relay:  # sequential: wait for rank r - 1's state, hand ours to rank r + 1
+            Ms = has_m = None
+            if pre:
+                h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
+                          else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
+                h0_run[0] = _exchange(torch.zeros(HV, K, V, dtype=sdt, device=v.device), None, r - 1, group)
+                h0_loc = h0_run
+            o, fs, leaves = run_local(h0_loc)
+            if post:
+                _exchange(fs[-1].detach().to(sdt), r + 1, None, group)
+            pre_fold = False
+        elif not pre:
+            # nothing comes in: the local call is final at once, and its last state is what the
+            # next rank needs (C with M = 0)
+            o, fs, leaves = run_local(h0_loc)
+            if post:
+                C = fs[-1].detach()
+        elif post:
+            # (1) the transform of the last sequence, which continues on rank r + 1
+            need_m = n_local == 1
+            h0_last = None if (h0_loc is None or need_m) else h0_loc[-1:]
+            with torch.no_grad():
+                M, C = _local_transform(local, tensors, h0_last, cu[-2], cu[-1], need_m, K, V)
+        if not relay:
+            pre_fold = pre
+            with torch.no_grad():
+                # (2) share the transforms and fold those of the earlier ranks
+                Ms, has_m, s_in = _scan_forward(M, C, HV, K, V, sdt, v.device, group, W, r, pre, cpc)
+        if pre_fold:
+            h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
+                      else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
+            h0_run[0] = s_in
+            # (3) the local call from the right incoming state
+            o, fs, leaves = run_local(h0_run)
+        if not build_graph:
+            return o, fs
+        st = _CPState()
+        st.leaves, st.o, st.fs = leaves, o, fs
+        st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
+        st.n_local, st.h0_given, st.M_own, st.relay = n_local, h0 is not None, M, relay
+        ctx.st = st
+        return o.detach(), fs.detach()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do, dfs):
+        st = ctx.st
+        o, fs = st.o, st.fs
+        do = torch.zeros_like(o) if do is None else do
+        dfs = torch.zeros_like(fs) if dfs is None else dfs
+        leaves = st.leaves
+        want = [i for i, t in enumerate(leaves) if t is not None and t.requires_grad]
+        grads = None
+        HV, K, V = fs.shape[1], fs.shape[2], fs.shape[3]
+        D = torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device)
+        if st.relay:  # sequential from the last rank: one backward per rank
+            if st.post:
+                dfs = dfs.clone()
+                dfs[-1] += _exchange(D, None, st.r + 1, st.group)
+            res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
+            grads = dict(zip(want, res))
+            if st.pre:
+                _exchange(grads[len(leaves) - 1][0].to(fs.dtype), st.r - 1, None, st.group)
+        elif st.pre:
+            h0_leaf = leaves[-1]
+            if st.post:  # pass A: the incoming-state gradient without the later ranks' part
+                D = torch.autograd.grad([o, fs], [h0_leaf], [do, dfs], retain_graph=True)[0][0]
+            else:  # the only pass: this rank's outgoing state feeds no later rank
+                res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
+                grads = dict(zip(want, res))
+                D = grads[len(leaves) - 1][0]
+        e = None if st.relay else _scan_backward(D.to(fs.dtype).contiguous(), st)
+        if grads is None:
+            if e is not None:  # the gradient of the state leaving this rank, from the later ranks
+                dfs = dfs.clone()
+                dfs[-1] += e
+            res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
+            grads = dict(zip(want, res))
+        out = [grads.get(i) if grads is not None else None for i in range(len(leaves))]
+        dh0 = out[-1] if st.h0_given else None
+        out[-1] = dh0
+        if dh0 is not None and st.pre:
+            dh0 = dh0.clone()
+            dh0[0] = 0
+            out[-1] = dh0
+        for i, t in enumerate(out[:-1]):
+            if t is None and i in want:
+                out[i] = torch.zeros_like(leaves[i])
+        ctx.st = None
+        return (None, None, None, *out)
+
+
+def cp_forward(fn, fn_name, q, k, v, g, beta, *, cp_context, A_log, dt_bias, initial_state,
+               output_final_state, state_v_first, return_intermediate_states, opts):
+    """``fn`` (``chunk_kda`` / ``chunk_gated_delta_rule``) under context parallelism."""
+    from ._torch_ops import _VALIDATE_ONLY
+
+    cpc = cp_context
+    for attr in ("cu_seqlens", "pre_num_ranks", "post_num_ranks"):
+        if getattr(cpc, attr, None) is None:
+            raise ValueError(f"{fn_name}: cp_context has no {attr}; build it with linattn.cp.build_cp_context "
+                             "(or fla.ops.cp.build_cp_context)")
+    if getattr(cpc, "layout", "contiguous") != "contiguous":
+        raise NotImplementedError(f"{fn_name}: cp_context layout {cpc.layout!r} is not supported by linattn "
+                                  "(contiguous only)")
+    if return_intermediate_states:
+        raise NotImplementedError(f"{fn_name}: return_intermediate_states cannot be combined with cp_context")
+    cu_cpu = getattr(cpc, "cu_seqlens_cpu", None)
+    if cu_cpu is None:
+        cu_cpu = cpc.cu_seqlens.detach().cpu()
+    if _VALIDATE_ONLY.active:  # linattn.fla's verifier: the local call's rules
+        return fn(q, k, v, g, beta, initial_state=initial_state, output_final_state=output_final_state,
+                  state_v_first=state_v_first, cu_seqlens=cpc.cu_seqlens, cu_seqlens_cpu=cu_cpu,
+                  A_log=A_log, dt_bias=dt_bias, **opts)
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"{fn_name}: cp_context needs an initialised torch.distributed process group")
+    if q.dim() != 4 or q.shape[0] != 1:
+        raise ValueError(f"{fn_name}: with cp_context the inputs are one packed stream (batch 1), got q of shape "
+                         f"{tuple(q.shape)}")
+    if cu_cpu.dtype != torch.int64:
+        cu_cpu = cu_cpu.to(torch.int64)
+    n_local = cu_cpu.numel() - 1
+    if initial_state is not None:
+        if initial_state.dim() != 4 or initial_state.shape[0] != n_local:
+            raise ValueError(f"{fn_name}: with cp_context initial_state holds one state per local sequence "
+                             f"({n_local}), got shape {tuple(initial_state.shape)}")
+        if initial_state.dtype in (torch.float16, torch.bfloat16):
+            initial_state = initial_state.float()
+        if state_v_first:
+            initial_state = initial_state.transpose(-1, -2)
+        initial_state = initial_state.contiguous()
+
+    class _Ctx:
+        pass
+
+    c = _Ctx()
+    c.group = getattr(cpc, "group", None)
+    c.cu_seqlens = cpc.cu_seqlens
+    c.cu_seqlens_cpu = cu_cpu
+    c.pre_num_ranks = int(cpc.pre_num_ranks)
+    c.post_num_ranks = int(cpc.post_num_ranks)
+    c.scan = getattr(cpc, "scan", "auto")
+
+    def local(q, k, v, g, beta, A_log, dt_bias, h0, cu, cu_c):
+        return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, state_v_first=False,
+                  cu_seqlens=cu, cu_seqlens_cpu=cu_c, A_log=A_log, dt_bias=dt_bias, **opts)
+
+    inputs = (q, k, v, g, beta, A_log, dt_bias, initial_state)
+    build_graph = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+    o, fs = _CPChunk.apply(local, c, build_graph, *inputs)
+    if not output_final_state:
+        return o, None
+    if state_v_first:
+        fs = fs.transpose(-1, -2).contiguous()
+    return o, fs

@@ -65,8 +65,9 @@ Options options(const linattn_options* o) {
   return r;
 }
 
-ForwardInputs inputs(const linattn_forward_inputs& in) {
-  ForwardInputs r;
+// The token inputs forward and decode share (same names in the C and C++ structs).
+template <class R, class C>
+void token_inputs(R& r, const C& in) {
   r.q = view(in.q);
   r.k = view(in.k);
   r.v = view(in.v);
@@ -75,27 +76,23 @@ ForwardInputs inputs(const linattn_forward_inputs& in) {
   r.beta = view(in.beta);
   r.A_log = view(in.A_log);
   r.dt_bias = view(in.dt_bias);
-  r.initial_state = view(in.initial_state);
   r.cu_seqlens = view(in.cu_seqlens);
   r.cu_seqlens_host = view(in.cu_seqlens_host);
+}
+
+ForwardInputs inputs(const linattn_forward_inputs& in) {
+  ForwardInputs r;
+  token_inputs(r, in);
+  r.initial_state = view(in.initial_state);
   return r;
 }
 
 DecodeInputs inputs(const linattn_decode_inputs& in) {
   DecodeInputs r;
-  r.q = view(in.q);
-  r.k = view(in.k);
-  r.v = view(in.v);
-  r.g = view(in.g);
-  r.g_gamma = view(in.g_gamma);
-  r.beta = view(in.beta);
-  r.A_log = view(in.A_log);
-  r.dt_bias = view(in.dt_bias);
+  token_inputs(r, in);
   r.state = view(in.state);
   r.ssm_state_indices = view(in.ssm_state_indices);
   r.num_accepted_tokens = view(in.num_accepted_tokens);
-  r.cu_seqlens = view(in.cu_seqlens);
-  r.cu_seqlens_host = view(in.cu_seqlens_host);
   r.inplace_final_state = in.inplace_final_state != 0;
   return r;
 }

@@ -1,5 +1,7 @@
-// The CUDA backend's entry points: KDA / GDN chunked forward (see common/chunk_fwd.hpp);
-// GLA and simple GLA are refused for now; the KDA/GDN backward lives in common/chunk_bwd.*.
+// The CUDA backend's entry points: the chunked forward of the four families (see
+// common/chunk_fwd.hpp: one path; GLA and simple GLA are KDA and GDN without the delta rule, the
+// difference carried by Problem::delta / ::vector_gate into the kernels' parameters); the backward
+// (the same composition) lives in common/chunk_bwd.*.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@ using config::raw_rows;
 constexpr int64_t kC = config::kChunk;
 
 // Workspace carve-up (byte offsets). Raw-row mode: no Qg / KgT, [2][64] row factors per block.
+// Without the delta rule (GLA, simple GLA) no W.
 struct WsLayout {
   std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, total;
   explicit WsLayout(const Problem& p) {
@@ -31,7 +34,7 @@ struct WsLayout {
     std::size_t o = 0;
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
-    W = o; o = align_up(o + nb * kC * p.K * es);
+    W = o; o = align_up(o + (p.delta ? nb * kC * p.K * es : 0));
     U = o; o = align_up(o + nb * kC * p.V * es);
     Qg = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
     KgT = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
@@ -102,9 +105,9 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, in);
     pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
-    const config::PrepSmem smem = config::prep_smem(dt, pp.K, /*vec_gate=*/p.family == Family::kKDA);
+    const config::PrepSmem smem = config::prep_smem(dt, pp.K, p.vector_gate);
     pp.q_in_smem = smem.q_in_smem;
-    pp.W = base + lay.W;
+    pp.W = p.delta ? base + lay.W : nullptr;
     pp.U = base + lay.U;
     if (raw_rows(p)) {
       pp.rowfac = reinterpret_cast<float*>(base + lay.rowfac);
@@ -114,16 +117,16 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.Aqk = base + lay.Aqk;
     pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
-    e = p.family == Family::kKDA ? kern::launch_prep_kda(dt, pp, static_cast<int>(smem.bytes), st)
-                                 : kern::launch_prep_gdn(dt, pp, static_cast<int>(smem.bytes), st);
+    e = kern::launch_prep(dt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch", e);
   }
 
   // ---- kernel 2': the sequential state pass with the output (fused)
   if (p.N > 0) {
     kern::StateParams sp{};
-    sp.W = base + lay.W;
+    sp.W = p.delta ? base + lay.W : nullptr;
     sp.U = base + lay.U;
+    sp.delta = p.delta ? 1 : 0;
     if (raw_rows(p)) {
       sp.q_raw = in.q.data;
       sp.k_raw = in.k.data;

@@ -82,25 +82,40 @@ struct Case {
   bool all_outputs = true;                  // backward: false = dq, dk, dv only
   bool v_first = false, safe_gate = false;
   float lower_bound = -5.f;
+  // simple GLA: whether g is passed (false: g_gamma alone) and whether g_gamma is
+  bool has_g = true, g_gamma = false;
+  double scale = 0;  // 0: the default K^-0.5
 
   std::string name() const {
     char b[320];
     std::snprintf(b, sizeof b,
                   "%s %s B%lld T%lld H%lld HV%lld K%lld V%lld N%zu gate%d l2%d bsig%d neg%d h0%d ht%d h%d dht%d "
-                  "vf%d safe%d",
+                  "vf%d safe%d g%d gamma%d scale%g",
                   family_name(fam), dtype_name(dt), (long long)B, (long long)T, (long long)H, (long long)HV,
                   (long long)K, (long long)V, cu.empty() ? size_t(0) : cu.size() - 1, int(gate), l2norm,
-                  beta_sigmoid, neg_eigval, h0, final_state, inter, dht, v_first, safe_gate);
+                  beta_sigmoid, neg_eigval, h0, final_state, inter, dht, v_first, safe_gate, has_g, g_gamma,
+                  scale);
     return b;
   }
   bool in_kernel_gate() const {
     return gate == Gate::kSoftplus || gate == Gate::kLowerBound || gate == Gate::kLowerBoundNoAlog;
   }
   bool varlen() const { return !cu.empty(); }
+  bool delta() const { return fam == Family::kKDA || fam == Family::kGDN; }
 };
 
+// A case of a family without the delta rule (GLA, simple GLA): no beta or in-kernel gate, and
+// the l2norm off by default (FLA's chunk_gla / chunk_simple_gla have none; linattn accepts it).
+inline Case no_delta_case(Family fam) {
+  Case c;
+  c.fam = fam;
+  c.l2norm = false;
+  c.dt_bias = false;
+  return c;
+}
+
 struct Inputs {
-  HostTensor q, k, v, g, beta, A_log, dt_bias, h0, cu, d_o, dht;
+  HostTensor q, k, v, g, beta, A_log, dt_bias, h0, cu, d_o, dht, g_gamma;
   int64_t N = 0, NT = 0;  // sequences, chunks (NT_total)
 };
 
@@ -165,6 +180,14 @@ inline Inputs make_inputs(const Case& c, bool backward) {
     x.dht = state_tensor(c, x.N);
     fill_normal(x.dht, 0.0, 0.5);
   }
+  // Families without the delta rule: no beta (drawn above all the same, so that the draw order
+  // of the other inputs is the families'); simple GLA's g_gamma drawn last, g dropped on request.
+  if (!c.delta()) x.beta = HostTensor{};
+  if (!c.has_g) x.g = HostTensor{};
+  if (c.g_gamma) {
+    x.g_gamma = HostTensor(DType::kFloat32, {HV});
+    fill_uniform(x.g_gamma, -0.4, -0.01);
+  }
   return x;
 }
 
@@ -174,7 +197,7 @@ inline Inputs as_f64(const Inputs& x) {
   w.q = x.q.as(DType::kFloat64);
   w.k = x.k.as(DType::kFloat64);
   w.v = x.v.as(DType::kFloat64);
-  w.beta = x.beta.as(DType::kFloat64);
+  if (x.beta.present()) w.beta = x.beta.as(DType::kFloat64);
   if (x.d_o.present()) w.d_o = x.d_o.as(DType::kFloat64);
   return w;
 }
@@ -186,6 +209,7 @@ inline Options make_options(const Case& c) {
   o.allow_neg_eigval = c.neg_eigval;
   o.state_v_first = c.v_first;
   o.use_gate_in_kernel = c.in_kernel_gate();
+  if (c.scale != 0) o.scale = c.scale;
   if (c.gate == Gate::kLowerBound || c.gate == Gate::kLowerBoundNoAlog) o.lower_bound = c.lower_bound;
   if (c.safe_gate) {
     o.safe_gate = true;
@@ -206,6 +230,7 @@ inline ForwardInputs forward_views(const Inputs& x, bool dev, std::vector<DevBuf
   in.beta = put(x.beta);
   in.A_log = put(x.A_log);
   in.dt_bias = put(x.dt_bias);
+  in.g_gamma = put(x.g_gamma);
   in.initial_state = put(x.h0);
   if (x.cu.present()) {
     in.cu_seqlens = put(x.cu);
@@ -288,14 +313,16 @@ inline Options with_path(Options o, BwdPath m) {
 }
 
 // Gradients (host); absent ones stay absent.
+constexpr int kNumGrads = 9;
 struct Grads {
-  HostTensor dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
+  HostTensor dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, dg_gamma;
   HostTensor* at(int i) {
-    HostTensor* a[8] = {&dq, &dk, &dv, &dg, &dbeta, &dA_log, &ddt_bias, &dh0};
+    HostTensor* a[kNumGrads] = {&dq, &dk, &dv, &dg, &dbeta, &dA_log, &ddt_bias, &dh0, &dg_gamma};
     return a[i];
   }
 };
-inline const char* const kGradNames[8] = {"dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+inline const char* const kGradNames[kNumGrads] = {"dq",     "dk",       "dv",  "dg",      "dbeta",
+                                                  "dA_log", "ddt_bias", "dh0", "dg_gamma"};
 
 // Poisoned gradients shaped like the inputs; `f64` makes the q/k/v/beta ones float64 (for the
 // reference, whose q/k/v/beta/d_o are float64).
@@ -311,8 +338,9 @@ inline Grads make_grads(const Case& c, const Inputs& x, bool f64) {
   g.dk = like(x.k, f64);
   g.dv = like(x.v, f64);
   if (c.all_outputs) {
-    g.dg = like(x.g, false);
-    g.dbeta = like(x.beta, f64);
+    if (x.g.present()) g.dg = like(x.g, false);
+    if (x.beta.present()) g.dbeta = like(x.beta, f64);
+    if (x.g_gamma.present()) g.dg_gamma = like(x.g_gamma, false);
     if (x.A_log.present()) g.dA_log = like(x.A_log, false);
     if (x.dt_bias.present()) g.ddt_bias = like(x.dt_bias, false);
     if (x.h0.present()) g.dh0 = like(x.h0, false);
@@ -332,13 +360,15 @@ inline BackwardOutputs grad_views(Grads& g, bool dev, std::vector<DevBuf>& keep)
   o.dA_log = put(g.dA_log);
   o.ddt_bias = put(g.ddt_bias);
   o.dh0 = put(g.dh0);
+  o.dg_gamma = put(g.dg_gamma);
   return o;
 }
 
 // Copies device gradients back into g.
 inline void download_grads(const BackwardOutputs& o, Grads& g) {
-  const TensorView* dv[8] = {&o.dq, &o.dk, &o.dv, &o.dg, &o.dbeta, &o.dA_log, &o.ddt_bias, &o.dh0};
-  for (int i = 0; i < 8; ++i) download(*dv[i], *g.at(i));
+  const TensorView* dv[kNumGrads] = {&o.dq,     &o.dk,       &o.dv,  &o.dg,      &o.dbeta,
+                                     &o.dA_log, &o.ddt_bias, &o.dh0, &o.dg_gamma};
+  for (int i = 0; i < kNumGrads; ++i) download(*dv[i], *g.at(i));
 }
 
 // The float64 reference backward on the same input values.

@@ -64,6 +64,25 @@ TEST(CudaConfig, CanImplement) {
   EXPECT_EQ(cfg::can_implement(problem_of(f64), "forward").code, StatusCode::kNotSupported);
 }
 
+// GLA and simple GLA: implemented; the scalar gate takes the raw-row state pass like GDN; their
+// backward never splits (kAuto / kSplit compute in the 16-bit type, kFloat32 in float32).
+TEST(CudaConfig, NoDeltaFamilies) {
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA}) {
+    Case c = no_delta_case(fam);
+    c.g_gamma = fam == Family::kSimpleGLA;
+    const detail::Problem p = problem_of(c);
+    EXPECT_FALSE(p.delta);
+    EXPECT_TRUE(cfg::can_implement(p, "forward").ok());
+    EXPECT_TRUE(cfg::can_implement(p, "backward").ok());
+    EXPECT_EQ(cfg::raw_rows(p), fam == Family::kSimpleGLA);
+    EXPECT_EQ(cfg::compute_of(p), cfg::Compute::kSixteen);
+    EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kSplit)), cfg::Compute::kSixteen);
+    EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kFloat32)), cfg::Compute::kFloat32);
+    c.dt = DType::kFloat32;
+    EXPECT_EQ(cfg::compute_of(problem_of(c)), cfg::Compute::kFloat32);
+  }
+}
+
 TEST(CudaConfig, FusedTile) {
   const int sms = 132;
   // bf16, K = V = 128: tiles of 64 unless half the SMs would idle (B = 2, HV = 32: 128 CTAs of 64)

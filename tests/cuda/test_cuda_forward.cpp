@@ -1,4 +1,5 @@
-// GPU tests of the CUDA forward (KDA, GDN) against the float64 reference (linattn::reference_forward).
+// GPU tests of the CUDA forward (KDA, GDN, GLA, simple GLA) against the float64 reference
+// (linattn::reference_forward).
 // Skips itself when no GPU is present. Tests whose names contain "Small" use small shapes, for
 // compute-sanitizer (memcheck, racecheck). Cases, inputs and reference runs: cuda_test_util.hpp.
 #include <cuda_runtime.h>
@@ -351,21 +352,140 @@ TEST(CudaForward, SmallUnsupported) {
   c2.V = 32;
   s = run_cuda(c2, make_inputs(c2, /*backward=*/false), &r);
   EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
-  // GLA forward and every backward are not implemented on CUDA yet
-  std::vector<DevBuf> keep;
-  HostTensor q(DType::kBFloat16, {1, 64, 1, 64}), g(DType::kFloat32, {1, 64, 1, 64});
-  fill_normal(q);
-  fill_logsigmoid_gate(g);
-  ForwardInputs in;
-  in.q = upload(q, keep);
-  in.k = upload(q, keep);
-  in.v = upload(q, keep);
-  in.g = upload(g, keep);
-  HostTensor o = q;
-  ForwardOutputs out;
-  out.o = upload(o, keep);
-  s = forward(Family::kGLA, in, out, Options{}, Workspace{}, nullptr);
-  EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+  // GLA and simple GLA run on CUDA with the delta-rule families' head sizes: K = 96 is refused
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA}) {
+    Case c3 = no_delta_case(fam);
+    c3.K = 96;
+    s = run_cuda(c3, make_inputs(c3, /*backward=*/false), &r);
+    EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+  }
+}
+
+// ------------------------------------------------------------------ GLA and simple GLA
+// The delta-rule forward with the delta rule dropped (chunk_fwd.hpp): every option these families
+// take (no beta, no in-kernel gate), simple GLA's gate modes (g alone, g_gamma alone, both).
+std::vector<Case> no_delta_cases(Family fam) {
+  std::vector<Case> v;
+  Case base = no_delta_case(fam);
+  base.T = 130;
+  base.final_state = true;
+  if (fam == Family::kSimpleGLA) base.g_gamma = true;  // g and g_gamma
+  v.push_back(base);
+  { Case c = base; c.l2norm = true; v.push_back(c); }
+  { Case c = base; c.scale = 0.3; v.push_back(c); }
+  { Case c = base; c.h0 = true; c.inter = true; v.push_back(c); }
+  { Case c = base; c.h0 = true; c.inter = true; c.v_first = true; v.push_back(c); }
+  { Case c = base; c.H = 1; c.HV = 3; c.h0 = true; v.push_back(c); }  // GVA G = 3
+  { Case c = base; c.gate = Gate::kVeryNegative; v.push_back(c); }
+  { Case c = base; c.B = 2; c.T = 65; c.h0 = true; c.inter = true; v.push_back(c); }
+  { Case c = base; c.K = 128; c.V = 64; c.h0 = true; v.push_back(c); }   // K != V
+  { Case c = base; c.K = 64; c.V = 128; c.inter = true; v.push_back(c); }
+  if (fam == Family::kSimpleGLA) {
+    { Case c = base; c.g_gamma = false; c.h0 = true; v.push_back(c); }  // g alone
+    { Case c = base; c.has_g = false; c.h0 = true; c.inter = true; v.push_back(c); }  // g_gamma alone
+    { Case c = base; c.has_g = false; c.H = 1; c.HV = 2; v.push_back(c); }
+  }
+  return v;
+}
+
+TEST(CudaForward, GlaSmallOptions) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : kDtypes)
+    for (Case c : no_delta_cases(Family::kGLA)) {
+      c.dt = dt;
+      check_case(c);
+    }
+}
+
+TEST(CudaForward, SimpleGlaSmallOptions) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : kDtypes)
+    for (Case c : no_delta_cases(Family::kSimpleGLA)) {
+      c.dt = dt;
+      check_case(c);
+    }
+}
+
+TEST(CudaForward, NoDeltaSmallOddLengthsAndVarlen) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA})
+    for (DType dt : kDtypes) {
+      for (int64_t T : {1, 63, 65, 200}) {
+        Case c = no_delta_case(fam);
+        c.dt = dt;
+        c.T = T;
+        c.g_gamma = fam == Family::kSimpleGLA;
+        c.h0 = true;
+        c.final_state = true;
+        c.inter = true;
+        check_case(c);
+      }
+      Case c = no_delta_case(fam);
+      c.dt = dt;
+      c.cu = {0, 1, 1, 70, 133, 197};  // includes an empty sequence
+      c.cu64 = dt == DType::kFloat32;
+      c.T = 197;
+      c.g_gamma = fam == Family::kSimpleGLA;
+      c.has_g = dt != DType::kFloat16;  // fp16: simple GLA on g_gamma alone
+      c.H = 1;
+      c.HV = 2;
+      c.h0 = true;
+      c.final_state = true;
+      c.inter = true;
+      check_case(c);
+    }
+}
+
+TEST(CudaForward, NoDeltaHeadSizes) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA})
+    for (DType dt : kDtypes)
+      for (int64_t K : {64, 128, 256})
+        for (int64_t V : {64, 128, 256}) {
+          if (dt != DType::kBFloat16 && K != V && !(K == 256 && V == 64) && !(K == 64 && V == 256)) continue;
+          Case c = no_delta_case(fam);
+          c.dt = dt;
+          c.K = K;
+          c.V = V;
+          c.T = 200;
+          c.H = 1;
+          c.HV = 2;
+          c.g_gamma = fam == Family::kSimpleGLA;
+          c.h0 = true;
+          c.final_state = true;
+          c.inter = true;
+          c.v_first = (K == 256);
+          check_case(c);
+        }
+}
+
+// Long sequences and many chunks per state pass (B = 1 with few heads picks 32-column V tiles,
+// B = 4 64-column ones), bitwise reproducible.
+TEST(CudaForward, NoDeltaLongAndDeterministic) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA})
+    for (DType dt : kDtypes)
+      for (int64_t B : {1, 4}) {
+        Case c = no_delta_case(fam);
+        c.dt = dt;
+        c.B = B;
+        c.T = 1500;
+        c.H = 2;
+        c.HV = 4;
+        c.K = 128;
+        c.V = 128;
+        c.g_gamma = fam == Family::kSimpleGLA;
+        c.final_state = true;
+        check_case(c);
+        if (dt == DType::kBFloat16) {
+          const Inputs x = make_inputs(c, /*backward=*/false);
+          FwdResult a, b;
+          ASSERT_TRUE(run_cuda(c, x, &a).ok());
+          ASSERT_TRUE(run_cuda(c, x, &b).ok());
+          EXPECT_EQ(a.o.bytes, b.o.bytes) << c.name();
+          EXPECT_EQ(a.ht.bytes, b.ht.bytes) << c.name();
+        }
+      }
 }
 
 }  // namespace

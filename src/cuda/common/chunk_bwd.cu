@@ -61,10 +61,12 @@ __device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float d
   return gate::floor_gate(gate_fwd_raw(ga, raw, dtb, alog));
 }
 // dL/draw given dL/dg; *da += dL/dA_log. A floored gate (or a zero dg) has gradient exactly 0,
-// whatever overflowing factors the transform's derivative holds.
-__device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da) {
+// whatever overflowing factors the transform's derivative holds. gamma: simple GLA's g_gamma, added
+// to the (identity-transformed) gate before the floor; 0 for the other families.
+__device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da,
+                                          float gamma = 0.f) {
   const float x = raw + dtb;
-  const float g = gate_fwd_raw(ga, raw, dtb, alog);
+  const float g = gate_fwd_raw(ga, raw, dtb, alog) + gamma;
   if (g <= gate::kFloor || dg == 0.f) return 0.f;
   switch (ga.kind) {
     case 1: {
@@ -225,6 +227,11 @@ struct FinishGB {
   int HV, K, KG, NS;
   int has_g;
   GateArgs ga;
+  // simple GLA: g_gamma [HV] (gate = floor(g + g_gamma)) and, when its gradient is asked for, the
+  // per-token rows [tokens][HV] of dL/dg_gamma for the column sum (dgg_rows, null otherwise)
+  const void* g_gamma = nullptr;
+  int gg_dt = 2;
+  float* dgg_rows = nullptr;
 };
 
 __global__ void finish_gb_kernel(const FinishGB p) {
@@ -233,7 +240,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
   if (row >= p.tokens * p.HV) return;
   const int hv = static_cast<int>(row % p.HV);
   const int K = p.K;
-  if (p.has_g) {
+  if (p.has_g || p.g_gamma) {
     float dgv[kMaxKPerLane];
     float dsum = 0.f;
 #pragma unroll
@@ -269,12 +276,14 @@ __global__ void finish_gb_kernel(const FinishGB p) {
       da = warp_sum(da);
     } else {
       dsum = warp_sum(dsum);
-      const float raw = kern::load_any(p.g, p.g_dt, row);
+      const float raw = p.has_g ? kern::load_any(p.g, p.g_dt, row) : 0.f;
       const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
-      const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da);
+      const float gamma = p.g_gamma ? kern::load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+      const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da, gamma);
       if (lane == 0) {
         if (p.dg) stf(p.dg, p.g_dt, row, d);
         if (p.draw) p.draw[row] = d;
+        if (p.dgg_rows) p.dgg_rows[row] = d;  // g_gamma enters every token's gate like g
       }
     }
     if (p.da && lane == 0) p.da[row] = da;
@@ -454,8 +463,9 @@ struct ChunkPlan {
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     FrontOffsets& f = front;
     const std::size_t reuse = o;
+    const std::size_t wy = p.delta ? 1 : 0;  // no W and no M⁻¹ without the delta rule
     if (!saved) {
-      f.W = o; o = align_up(o + nb * kC * K * es);
+      f.W = o; o = align_up(o + wy * nb * kC * K * es);
       f.Qg = o; o = align_up(o + nb * kC * K * es);
       f.KgT = o; o = align_up(o + nb * kC * K * es);
       f.Aqk = o; o = align_up(o + nb * kC * kC * es);
@@ -470,7 +480,7 @@ struct ChunkPlan {
     dY = o; o = align_up(o + nb * kC * V * es);
     if (!saved) {
       f.U = dY;
-      f.Ainv = o; o = align_up(o + nb * kC * kC * es);
+      f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       f.gexp = o; o = align_up(o + nb * K * 4);
       f.h = o; o = align_up(o + nb * K * V * 4);
       f.vnew = o; o = align_up(o + nb * kC * V * es);
@@ -627,24 +637,24 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     pp.chunks = b.chunks;
     const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
     pp.q_in_smem = smem.q_in_smem;
-    pp.W = b.W;
+    pp.W = p.delta ? b.W : nullptr;  // no delta rule: no W, no M⁻¹
     pp.U = b.U;
     pp.Qg = b.Qg;
     pp.KgT = b.KgT;
     pp.Aqk = b.Aqk;
     pp.gexp = b.gexp;
-    pp.Ainv = b.Ainv;
+    pp.Ainv = p.delta ? b.Ainv : nullptr;
     if (split) {
       pp.U_lo = b.U_lo;
       pp.KgT_lo = b.KgT_lo;
     }
-    e = p.family == Family::kKDA ? kern::launch_prep_kda(cdt, pp, static_cast<int>(smem.bytes), st)
-                                 : kern::launch_prep_gdn(cdt, pp, static_cast<int>(smem.bytes), st);
+    e = kern::launch_prep(cdt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
   }
   if (p.N > 0) {
     kern::StateParams sp{};
-    sp.W = b.W;
+    sp.W = p.delta ? b.W : nullptr;
+    sp.delta = p.delta ? 1 : 0;
     sp.U = b.U;
     sp.Qg = b.Qg;
     sp.KgT = b.KgT;
@@ -824,7 +834,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     dp.Aqk = fb.Aqk;
     dp.KgT = fb.KgT;
     dp.Qg = fb.Qg;
-    dp.W = fb.W;
+    dp.W = p.delta ? fb.W : nullptr;
+    dp.delta = p.delta ? 1 : 0;
     dp.gexp = fb.gexp;
     dp.d_o = do_in;
     dp.seqs = fb.seqs;
@@ -858,11 +869,14 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.k = k_in;
     wp.v = v_in;
     wp.d_o = do_in;
-    wp.beta = f.beta.data;
-    wp.beta_dt = dtype_code(f.beta.dtype);
+    wp.delta = p.delta ? 1 : 0;
+    wp.beta = p.delta ? f.beta.data : nullptr;
+    wp.beta_dt = p.delta ? dtype_code(f.beta.dtype) : 2;
     wp.beta_mode = beta_mode;
-    wp.gate.g = f.g.data;
-    wp.gate.g_dt = dtype_code(f.g.dtype);
+    wp.gate.g = p.has_g ? f.g.data : nullptr;
+    wp.gate.g_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
+    wp.gate.g_gamma = p.has_g_gamma ? f.g_gamma.data : nullptr;
+    wp.gate.gg_dt = p.has_g_gamma ? dtype_code(f.g_gamma.dtype) : 2;
     wp.gate.kind = ga.kind;
     wp.gate.lower_bound = ga.lower_bound;
     wp.gate.has_alog = ga.has_alog;
@@ -871,7 +885,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.gate.alog_dt = ga.alog_dt;
     wp.gate.dt_bias = ga.dt_bias;
     wp.gate.dtb_dt = ga.dtb_dt;
-    wp.Ainv = fb.Ainv;
+    wp.Ainv = p.delta ? fb.Ainv : nullptr;
     wp.vnew = fb.vnew;
     wp.h = fb.h;
     wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
@@ -958,7 +972,12 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   fg.NS = NS;
   fg.has_g = p.has_g ? 1 : 0;
   fg.ga = ga;
-  if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta)) {
+  fg.g_gamma = p.has_g_gamma ? f.g_gamma.data : nullptr;
+  fg.gg_dt = p.has_g_gamma ? dtype_code(f.g_gamma.dtype) : 2;
+  // dg_gamma: per-token rows in da's place (simple GLA has no A_log), then their column sums
+  const bool want_dgg = out.dg_gamma.present() && p.has_g_gamma;
+  fg.dgg_rows = want_dgg ? da : nullptr;
+  if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
     finish_gb_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(fg);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
@@ -973,6 +992,12 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
     colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.da, want_da ? tokens : 0, C, out.dA_log.data,
                                                   dtype_code(out.dA_log.dtype));
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
+  }
+  if (out.dg_gamma.present()) {
+    const int C = static_cast<int>(p.HV);
+    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(da, want_dgg ? tokens : 0, C, out.dg_gamma.data,
+                                                  dtype_code(out.dg_gamma.dtype));
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch (dg_gamma)", e);
   }
   return Status::Ok();
 }
@@ -998,6 +1023,8 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
                      {"ddt_bias", &out.ddt_bias}, {"dh0", &out.dh0}});
   if (!s.ok()) return s;
   const bool token = p.token_replay;
+  if (token && !p.delta)  // a test hook: its token kernels run the delta rule's recurrence
+    return Status::Unsupported("the CUDA token replay (a test oracle) covers the delta-rule families only");
   const bool from_saved = !token && in.saved.present();
   const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
   const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;

@@ -116,6 +116,8 @@ struct DhParams {
   float* dh;        // [blocks][K][V]
   void* dN;         // [blocks][64][V], compute type
   int N, HV, K, V, v_first, stages;
+  // The delta rule (KDA, GDN). 0 (GLA, simple GLA): V_new = V, no −Wᵀ dN term, W not read.
+  int delta = 1;
   // split mode (16-bit compute type; both or neither, stages > 0): KgT's low half (from chunk_prep)
   // in, dN's low half out, so that Kg dS⁺ and the stored dN carry ~16 mantissa bits.
   const void* KgT_lo = nullptr;
@@ -123,8 +125,11 @@ struct DhParams {
 };
 
 struct WyGate {
-  const void* g;
+  const void* g;  // null: no g (simple GLA with g_gamma alone)
   int g_dt;
+  // simple GLA: the per-head constant gate [HV] added to every token's gate; null otherwise
+  const void* g_gamma = nullptr;
+  int gg_dt = 2;
   int kind;  // 0 identity, 1 softplus, 2 lower bound
   float lower_bound;
   int has_alog, has_dtb;
@@ -153,6 +158,9 @@ struct WyParams {
   int num_chunks, H, HV, G, K, V;
   float scale;
   int l2norm;
+  // The delta rule (KDA, GDN). 0 (GLA, simple GLA): no β, M⁻¹, dM or dX: dv = dN, A1 = s·Lo(dO Vᵀ)
+  // and the products of A1 alone (beta, Ainv and dY are not read or written).
+  int delta = 1;
   // split mode (16-bit; both or neither): dN's low half in (dY = Bᵀ (dN_hi + dN_lo)) and dY's low
   // half out to scratch [blocks][64][V]; dX = −(dY_hi + dY_lo) Sᵀ and ⟨dY, v⟩ from the float dY.
   const void* dN_lo = nullptr;

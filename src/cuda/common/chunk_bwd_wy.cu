@@ -80,7 +80,8 @@ __device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.f) + log1
 // One CTA per (V tile, value head, sequence), chunks last to first. The dS tile (K x VT, float32)
 // lives in registers like chunk_state's S; per chunk
 //   dh[c] = dS⁺ (stored, float32);  dN = Aqkᵀ dO + Kg dS⁺  (stored, compute type)
-//   dS    = e^{γ_C} ⊙ dS⁺ + Qgᵀ dO − Wᵀ dN
+//   dS    = e^{γ_C} ⊙ dS⁺ + Qgᵀ dO − Wᵀ dN   (no −Wᵀ dN without the delta rule: DhParams::delta = 0,
+//           where V_new = V and dN is dv itself)
 // with Aqk = s·P and Qg = s·Q⊙E (the scale is already inside). The next chunk's operands are
 // prefetched by cp.async (double-buffered where shared memory allows).
 template <class T, int K, int VT>
@@ -190,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
       tile_async<T>(reinterpret_cast<T*>(st + Lay::ktlo_off), Lay::ldkt, KTlg + blk * K * kC, kC, K, kC, K);
     }
     tile_async<T>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, kC, K, kC);
-    tile_async<T>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, kC, K, kC);
+    if (p.delta) tile_async<T>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, kC, K, kC);
     tile_async<T>(reinterpret_cast<T*>(st + Lay::o_off), Lay::ldo,
                   dOg + (static_cast<int64_t>(t0) * HV + hv) * V + v0, static_cast<int64_t>(HV) * V, kC, VT, Lc);
     tile_async<float>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, 1, K, 1);
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
       }
     }
     mma_op<T, MI, NI, true, true>(D, pQ, lQ, pO, Lay::ldo, sm0, sn0, 0, kC);
-    mma_op<T, MI, NI, true, false>(D, pW, lW, dNt, Lay::ldn, sm0, sn0, 0, kC);
+    if (p.delta) mma_op<T, MI, NI, true, false>(D, pW, lW, dNt, Lay::ldn, sm0, sn0, 0, kC);
     __syncthreads();
     write_ds();
   }
@@ -529,18 +530,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const WyGate& ga = p.gate;
   const float alog = (ga.kind != 0 && ga.has_alog) ? load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
   const float ea = (ga.kind != 0 && ga.has_alog) ? expf(alog) : 1.f;
+  const float gamma_h = ga.g_gamma ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
   // As the forward's (chunk_prep.cuh): the transform without inf * 0, then the gate floor.
   auto gate_tf = [&](float raw, float dtb) -> float {
     if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, softplus(raw + dtb)));
     if (ga.kind == 2) {
       return gate::floor_gate(ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
     }
-    return gate::floor_gate(raw);
+    return gate::floor_gate(raw + gamma_h);
   };
   const bool use_dtb = ga.kind != 0 && ga.has_dtb;
   if (tid < kC) {
-    float b = 0.f;
-    if (tid < Lc) {
+    float b = 0.f;  // 0 without the delta rule: every β-weighted term below vanishes
+    if (tid < Lc && p.delta) {
       b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
       if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigm(b);
     }
@@ -549,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       float x = 0.f;
       if (tid < Lc) {
         const float dtb = use_dtb ? load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
-        x = gate_tf(load_any(ga.g, ga.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv), dtb);
+        x = gate_tf(ga.g ? load_any(ga.g, ga.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f, dtb);
       }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -596,8 +598,10 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
 
   // ---- A. dY, dv, dβ (v part), A1, dM, dR
-  // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below
+  // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below.
+  // Without the delta rule (GLA, simple GLA): V_new = V, so dv = dN; no M⁻¹, dY, dM (left 0) or dX.
   const bool split = kIs16<T> && p.dN_lo != nullptr;
+  const bool delta = p.delta != 0;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
   T* Ns = dNs + 64 * ld;
@@ -611,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   T* dYlg = split ? static_cast<T*>(p.dY_lo) + blk * kC * V : nullptr;
   const T* Nlg = split ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
   T* dvg = static_cast<T*>(p.dv);
-  tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
+  if (delta) tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
   float accA[1][4][4], accM[1][4][4];
   zero_acc(accA);
   zero_acc(accM);
@@ -625,17 +629,29 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     __syncthreads();
     float y[1][4][4];
     zero_acc(y);
-    mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
-    if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
+    if (delta) {
+      mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
+      if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
+    } else {  // dY = dN (as C fragments)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = tm0 + g + (e >= 2 ? 8 : 0), vv = n0 + 8 * ni + 2 * t + (e & 1);
+          y[0][ni][e] = to_f(dNs[i * ld + vv]) + (split ? to_f(dNlos[i * ld + vv]) : 0.f);
+        }
+    }
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = tm0 + g + 8 * hh, vv = n0 + 8 * ni + 2 * t;
         const float y0 = y[0][ni][2 * hh], y1 = y[0][ni][2 * hh + 1];
-        store2<T>(dYs + i * ld + vv, y0, y1);
-        store2<T>(dYg + static_cast<int64_t>(i) * V + v0 + vv, y0, y1);
-        if (split) {
+        if (delta) {
+          store2<T>(dYs + i * ld + vv, y0, y1);
+          store2<T>(dYg + static_cast<int64_t>(i) * V + v0 + vv, y0, y1);
+        }
+        if (split && delta) {
           store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
                     y1 - to_f(from_f<T>(y1)));
         }
@@ -646,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
           dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
           const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
-          const float d0 = bet[i] * y0, d1 = bet[i] * y1;
+          const float d0 = delta ? bet[i] * y0 : y0, d1 = delta ? bet[i] * y1 : y1;
           // float32 compute on 16-bit inputs writes dv in the caller's dtype, rounded once
           if constexpr (kIs16<T>) store2<T>(dvg + di, d0, d1);
           else if (p.dv_dt == 1) store2<__nv_bfloat16>(static_cast<__nv_bfloat16*>(p.dv) + di, d0, d1);
@@ -656,11 +672,11 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
     __syncthreads();
     mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
-    mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
+    if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
     if constexpr (kIs16<T>) {
       if (split) {  // V_new's low half straight from global memory (n-major B operand)
         kern::warp_mma<T, 1, 4>(accA, kern::RowOp<T>{dOs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
-        kern::warp_mma<T, 1, 4>(accM, kern::RowOp<T>{dYs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
+        if (delta) kern::warp_mma<T, 1, 4>(accM, kern::RowOp<T>{dYs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
       }
     }
     __syncthreads();
@@ -754,7 +770,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     for (int v0 = 0; v0 < V; v0 += 64) {
       tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
       tile64<T>(Ns, ld, Ng + v0, V);
-      tile64<T>(dYs, ld, dYr + v0, V);
+      if (delta) tile64<T>(dYs, ld, dYr + v0, V);
       {
         const int ch = tid >> 2, vq = (tid & 3) * 16;
         const float* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
@@ -790,12 +806,12 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       __syncthreads();
       mma_op<T, 1, 4, false, false>(aq, dOs, ld, Ss, ld, tm0, n0, 0, 64);
       mma_op<T, 1, 4, false, false>(an, Ns, ld, dSs, ld, tm0, n0, 0, 64);
-      mma_op<T, 1, 4, false, false>(ax, dYs, ld, Ss, ld, tm0, n0, 0, 64);
+      if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ld, Ss, ld, tm0, n0, 0, 64);  // dX: the delta rule's
       if constexpr (kIs16<T>) {
-        mma_op<T, 1, 4, false, false>(ax, dYs, ld, Slo, ld, tm0, n0, 0, 64);
+        if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ld, Slo, ld, tm0, n0, 0, 64);
         // split: dY's low half straight from global memory (L2; written by this CTA in phase A)
         if (split) {
-          kern::warp_mma<T, 1, 4>(ax, kern::RowOp<T>{dYlg + v0, V}, kern::ColOp<T>{Ss, ld}, tm0, n0, 0, 64);
+          if (delta) kern::warp_mma<T, 1, 4>(ax, kern::RowOp<T>{dYlg + v0, V}, kern::ColOp<T>{Ss, ld}, tm0, n0, 0, 64);
           kern::warp_mma<T, 1, 4>(an, kern::RowOp<T>{Nlg + v0, V}, kern::ColOp<T>{dSs, ld}, tm0, n0, 0, 64);
         }
       }

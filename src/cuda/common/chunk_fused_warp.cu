@@ -1,5 +1,6 @@
 // The forward's sequential pass with the state owned by warps (16-bit compute, K <= 128):
 //   per chunk  V_new = U - W S,  O = Qg S + Aqk V_new,  S = exp(γ_C) S + KgT V_new
+// (without the delta rule, StateParams::delta = 0: V_new = U = V, W not read)
 // one CTA of 8 warps per (sequence, value head, V tile); warp (c, h) owns rows [h K/2, (h+1) K/2)
 // of the tile's columns [c VT/4, (c+1) VT/4) as float32 mma C fragments in registers.
 //
@@ -80,6 +81,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   const bool rows = p.q_raw != nullptr;
+  // without the delta rule (GLA, simple GLA) W is neither loaded nor multiplied: V_new = U
+  const bool delta = p.delta != 0;
   const int hk = hv / p.G;
   float4* vx = reinterpret_cast<float4*>(smem + Lay::vx_off);  // [grp][half][NF][32]
   float4* ox = reinterpret_cast<float4*>(smem + Lay::ox_off);  // [grp][half][NF / 2][32]
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   auto issue = [&](int ci) {
     unsigned char* st = smem + (ci & 1) * Lay::stage;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
+    if (delta) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
     if (rows) {
       const int valid = min(kC, si.len - ci * kC);
       const int64_t rs = static_cast<int64_t>(p.H) * K;
@@ -181,12 +184,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4], b[4];
-        ldsm_a(a, Ws, Lay::ldw, 16 * mt, kr0 + 16 * kb);
         ldsm_a(b, Qs, Lay::ldw, 16 * mt, kr0 + 16 * kb);
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-          mma16<T>(P[mt][ni], a, Sb[kb][ni]);
-          mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
+        for (int ni = 0; ni < NI; ++ni) mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
+        if (delta) {
+          ldsm_a(a, Ws, Lay::ldw, 16 * mt, kr0 + 16 * kb);
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma16<T>(P[mt][ni], a, Sb[kb][ni]);
         }
       }
     }
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          mine_v[(mt * NI + ni) * 32 + lane] = make_float4(P[mt][ni][0], P[mt][ni][1], P[mt][ni][2], P[mt][ni][3]);
+          if (delta) mine_v[(mt * NI + ni) * 32 + lane] = make_float4(P[mt][ni][0], P[mt][ni][1], P[mt][ni][2], P[mt][ni][3]);
           if ((mt >> 1) != half)
             mine_o[((mt & 1) * NI + ni) * 32 + lane] = make_float4(Q[mt][ni][0], Q[mt][ni][1], Q[mt][ni][2], Q[mt][ni][3]);
         }
@@ -212,13 +216,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          const float4 x = other_v[(mt * NI + ni) * 32 + lane];
+          const float4 x = delta ? other_v[(mt * NI + ni) * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
           const float xo[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
             // the same sum in both halves (addition commutes bitwise): V_new agrees exactly
-            Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]) - (P[mt][ni][e] + xo[e]);
+            const float u = to_f(Us[i * Lay::ldu + c]);
+            Vn[mt][ni][e] = delta ? u - (P[mt][ni][e] + xo[e]) : u;
           }
         }
     }

@@ -1,4 +1,12 @@
-// The chunked delta-rule forward on CUDA (KDA and GDN): parameters and launchers.
+// The chunked forward on CUDA (KDA, GDN, GLA, simple GLA): parameters and launchers.
+//
+// One path for the four families. The family enters as two flags set once from the problem
+// (detail::Problem::delta and ::vector_gate, set by validation): the gate's shape picks the
+// instantiation of chunk_prep (vector gate: KDA, GLA; scalar gate: GDN, simple GLA, whose
+// per-head constant g_gamma is added to every token's gate), and `delta = 0` (GLA, simple GLA)
+// drops the delta rule: chunk_prep skips K Kᵀ, the inverse and W and writes U = V, and the state
+// passes skip W S (V_new = U = V), so that O = Qg S + Aqk V and S = e^{γ_C} S + Kgᵀ V. W is then
+// neither written nor read (it may be null).
 //
 // Three kernels per call:
 //   1. chunk_prep   one CTA per (chunk, value head), chunk-parallel: in-kernel gate + chunk-local
@@ -53,6 +61,12 @@ struct PrepParams {
   float lower_bound;
   int has_alog, has_dtb;
   int q_in_smem;
+  // The delta rule (KDA, GDN: 1; GLA, simple GLA: 0: no β, K Kᵀ, inverse or W; U = V).
+  int delta = 1;
+  // simple GLA: the per-head constant gate [HV] (dtype code gg_dt) added to every token's gate
+  // before the floor; null for the other families. g itself may then be null (g_gamma alone).
+  const void* g_gamma = nullptr;
+  int gg_dt = 2;
   // outputs (workspace), per (chunk, hv) blocks
   void *W, *U, *Qg, *KgT, *Aqk;
   float* gexp;
@@ -92,6 +106,8 @@ struct StateParams {
   int N, HV, K, V;
   int v_first;
   int stages;  // 0: operands read from global memory, 1: staged, 2: double-buffered
+  // The delta rule: V_new = U - W S. 0 (GLA, simple GLA): V_new = U (= V), W is not read.
+  int delta = 1;
   // [backward] optional: V_new = U - W S per (chunk, hv), [64][V] in the compute type; null = not written.
   // May alias U (each element is read before it is overwritten, by the same thread).
   void* vnew = nullptr;
@@ -122,8 +138,13 @@ struct StateParams {
 // dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.
 // vec_gate = false: the scalar-gate (GDN) layout, smaller; the vector-gate size also fits GDN.
 std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate = true);
+// chunk_prep with a vector gate (kda/kda_forward.cu: KDA, GLA) or a scalar gate
+// (gdn/gdn_forward.cu: GDN, simple GLA); launch_prep picks by the gate's shape.
 cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 cudaError_t launch_prep_gdn(int dtype, const PrepParams& p, int smem, cudaStream_t s);
+inline cudaError_t launch_prep(int dtype, bool vec_gate, const PrepParams& p, int smem, cudaStream_t s) {
+  return vec_gate ? launch_prep_kda(dtype, p, smem, s) : launch_prep_gdn(dtype, p, smem, s);
+}
 
 int state_v_tile(int dtype);
 // fused_vt > 0: the size for the fused kernel with that V tile (o set, hs null; raw_rows: q_raw

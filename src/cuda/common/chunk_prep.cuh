@@ -1,5 +1,7 @@
-// Kernel 1 of the chunked delta-rule forward: everything local to one chunk (see chunk_fwd.hpp).
-// Included by kda/ (vector gate) and gdn/ (scalar gate), which instantiate it.
+// Kernel 1 of the chunked forward: everything local to one chunk (see chunk_fwd.hpp).
+// Included by kda/ (vector gate: KDA, GLA) and gdn/ (scalar gate: GDN, simple GLA), which
+// instantiate it. Without the delta rule (PrepParams::delta = 0: GLA, simple GLA) the K Kᵀ
+// product, the triangular inverse and W are skipped and U is V itself (V_new = V).
 #pragma once
 
 #include "cuda/common/chunk_fwd.hpp"
@@ -155,6 +157,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
   const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
   const float ea = expf(alog);
+  // simple GLA's per-head constant gate, added to every token's g (0 for the other families)
+  const float gamma_h = p.g_gamma ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
   // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
   auto gate_tf = [&](float raw, float dtb) -> float {
     if (p.gate_kind == 1) {
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       const float z = p.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb;
       return gate::floor_gate(p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z)));
     }
-    return gate::floor_gate(raw);
+    return gate::floor_gate(raw + gamma_h);
   };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})
@@ -201,7 +205,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       float x = 0.f;
       if (tid < Lc) {
         const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, hv) : 0.f;
-        x = gate_tf(load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv), dtb);
+        // simple GLA may have g_gamma alone (no g)
+        x = gate_tf(p.g ? load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f, dtb);
       }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -262,7 +267,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
     if (tid < kC) {
       float b = 0.f;
-      if (tid < Lc) {
+      if (tid < Lc && p.delta) {
         b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
         if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigmoidf_(b);
       }
@@ -354,11 +359,13 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
 #pragma unroll 2
       for (int k0 = 0; k0 < K; k0 += 16) {
         uint32_t a_k[4], a_q[4], bb[2][2];
-        ldsm_a(a_k, ks, ldk, 16 * I, k0);
         ldsm_a(a_q, qs, ldk, 16 * I, k0);
         ldsm_b_n(bb, ks, ldk, k0, 16 * J);
-        mma16<T>(ak[0], a_k, bb[0]);
-        mma16<T>(ak[1], a_k, bb[1]);
+        if (p.delta) {  // K Kᵀ: the delta rule's only
+          ldsm_a(a_k, ks, ldk, 16 * I, k0);
+          mma16<T>(ak[0], a_k, bb[0]);
+          mma16<T>(ak[1], a_k, bb[1]);
+        }
         mma16<T>(aq[0], a_q, bb[0]);
         mma16<T>(aq[1], a_q, bb[1]);
       }
@@ -426,6 +433,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {
         const int mat = job & 1, cb = job >> 1;
         if (cb == I && wide[I]) continue;
+        if (mat == 0 && !p.delta) continue;  // K Kᵀ: the delta rule's only
         float acc[2][4];
 #pragma unroll
         for (int ni = 0; ni < 2; ++ni)
@@ -464,6 +472,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     const int mat = rem & 1, nt = rem >> 1;
     const bool diag = nt >= 2 * I;
     if (diag && wide[I]) continue;
+    if (mat == 0 && !p.delta) continue;  // K Kᵀ: the delta rule's only
     const int r = 16 * I;
     float acc[1][1][4];
     zero_acc(acc);
@@ -563,7 +572,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const bool vstage = kIs16<T> && kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
   const int vpieces = V / per;
   uint4 vreg[4];
-  if (vstage) {
+  if (vstage && p.delta) {
     const int lvp = 31 - __clz(vpieces);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -573,6 +582,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
   }
   if (tid < 64) {
+    if (p.delta) {
     const int b = tid >> 4, cc = tid & 15, base = 16 * b;
     const float* Ab = Akk + base * kLdA + base;
     float tcol[16];
@@ -593,6 +603,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
 #pragma unroll
     for (int ii = 0; ii < 16; ++ii) Ti[(base + ii) * kLdA + base + cc] = tcol[ii];
+    }
   } else {
     const int tq = tid - 64, nq = kPrepThreads - 64;
     if (!VEC && p.Qg == nullptr) {
@@ -632,6 +643,20 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       }
     }
     }
+  }
+  // No delta rule: no inverse, no W; U = V (rows past the chunk's end zero, as the delta rule's U).
+  // p.delta is uniform over the grid: every thread of the block returns here together.
+  if (!p.delta) {
+    const int lvp = 31 - __clz(vpieces);
+    T* Uout = static_cast<T*>(p.U) + blk * kC * V;
+    for (int e = tid; e < kC * vpieces; e += kPrepThreads) {
+      const int j = e >> lvp, d = (e & (vpieces - 1)) * per;
+      uint4 u = make_uint4(0, 0, 0, 0);
+      if (j < Lc) u = __ldg(reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(j) * HV * V + d));
+      *reinterpret_cast<uint4*>(Uout + j * V + d) = u;
+      if (p.U_lo) *reinterpret_cast<uint4*>(static_cast<T*>(p.U_lo) + blk * kC * V + j * V + d) = make_uint4(0, 0, 0, 0);
+    }
+    return;
   }
   __syncthreads();
   // level 1 (warps 0-2); 16-bit: the B operand of W, β k̂ exp(γ), replaces k in shared memory

@@ -1,6 +1,7 @@
-// Kernels 2 and 3 of the chunked delta-rule forward (see chunk_fwd.hpp):
+// Kernels 2 and 3 of the chunked forward (see chunk_fwd.hpp):
 //   chunk_state_kernel  the sequential pass over chunks, one CTA per (V tile of 32, value head,
-//                       sequence), the K x 32 state tile in registers: V_new = U - W S,
+//                       sequence), the K x 32 state tile in registers: V_new = U - W S (U alone
+//                       without the delta rule, StateParams::delta = 0),
 //                       S = exp(γ_C) S + Kgᵀ V_new; writes V_new and the state before each chunk.
 //   chunk_out_kernel    O = Qg S_c + Aqk V_new, one CTA per (chunk, V tile of 64, value head).
 #include "cuda/common/chunk_fwd.hpp"
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
   auto issue = [&](int ci) {
     unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
+    if (p.delta) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
     tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
     tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
     if (Ulg) {
@@ -221,8 +222,12 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     {
       float acc[1][NT][4];
       zero_acc(acc);
-      if (smem_ops) warp_mma_sm<T, 1, NT>(acc, Wop.p, Wop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
-      else warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
+      if (!p.delta) {  // no delta rule: V_new = U
+      } else if (smem_ops) {
+        warp_mma_sm<T, 1, NT>(acc, Wop.p, Wop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
+      } else {
+        warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
+      }
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -425,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   auto issue = [&](int ci) {
     unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
+    if (p.delta) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
     if constexpr (kIs16<T>) {
       if (rows) {
         const int valid = min(kC, si.len - ci * kC);
@@ -508,8 +513,12 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
     {
       float acc[1][NT][4];
       zero_acc(acc);
-      if (smem_ops) warp_mma_sm<T, 1, NT>(acc, Wop.p, Wop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
-      else warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
+      if (!p.delta) {  // no delta rule: V_new = U
+      } else if (smem_ops) {
+        warp_mma_sm<T, 1, NT>(acc, Wop.p, Wop.ld, Ss, Lay::lds, tm0, tn0, 0, K);
+      } else {
+        warp_mma<T, 1, NT>(acc, Wop, Sop, tm0, tn0, 0, K);
+      }
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll

@@ -43,10 +43,13 @@ inline kern::PrepParams prep_params(const detail::Problem& p, const ForwardInput
   pp.q = in.q.data;
   pp.k = in.k.data;
   pp.v = in.v.data;
-  pp.g = in.g.data;
-  pp.g_dt = dtype_code(in.g.dtype);
-  pp.beta = in.beta.data;
-  pp.beta_dt = dtype_code(in.beta.dtype);
+  pp.g = p.has_g ? in.g.data : nullptr;
+  pp.g_dt = p.has_g ? dtype_code(in.g.dtype) : 2;
+  pp.beta = p.delta ? in.beta.data : nullptr;
+  pp.beta_dt = p.delta ? dtype_code(in.beta.dtype) : 2;
+  pp.delta = p.delta ? 1 : 0;
+  pp.g_gamma = p.has_g_gamma ? in.g_gamma.data : nullptr;
+  pp.gg_dt = p.has_g_gamma ? dtype_code(in.g_gamma.dtype) : 2;
   pp.A_log = p.has_A_log ? in.A_log.data : nullptr;
   pp.alog_dt = p.has_A_log ? dtype_code(in.A_log.dtype) : 2;
   pp.dt_bias = p.has_dt_bias ? in.dt_bias.data : nullptr;

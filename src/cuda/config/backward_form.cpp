@@ -12,6 +12,10 @@ Compute compute_of(const detail::Problem& p) {
   if (p.dtype == DType::kFloat32 || bp == BackwardPrecision::kFloat32) return Compute::kFloat32;
   if (bp == BackwardPrecision::kFast16) return Compute::kSixteen;
   if (bp == BackwardPrecision::kAuto && needs_float32(p)) return Compute::kFloat32;
+  // Without the delta rule (GLA, simple GLA) the low halves have nothing to protect: they carry
+  // the delta rule's near-cancelling terms (⟨dY, v⟩ against ⟨dX, E k⟩, W S against U), which
+  // these families do not have, so the split request computes in the 16-bit type.
+  if (!p.delta) return Compute::kSixteen;
   return split_fits(p) ? Compute::kSplit : Compute::kFloat32;
 }
 

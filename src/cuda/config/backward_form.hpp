@@ -21,7 +21,9 @@ enum class Compute : int32_t { kSixteen = 0, kSplit = 1, kFloat32 = 2 };
 
 // The compute form of the chunked path for problem p. kAuto: for 16-bit inputs the split form,
 // float32 when the gate parameters' gradients are asked for (needs_float32) or the split form
-// does not fit (split_fits, heuristics.hpp); float32 inputs always compute in float32. A saved
+// does not fit (split_fits, heuristics.hpp); float32 inputs always compute in float32. Families
+// without the delta rule (GLA, simple GLA) never split: kAuto and kSplit compute in the 16-bit
+// type there (as FLA does), kFloat32 in float32. A saved
 // buffer is written and read in this form.
 Compute compute_of(const detail::Problem& p);
 

@@ -13,7 +13,7 @@ std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 
 namespace linattn::cuda::config {
 
-bool raw_rows(const detail::Problem& p) { return p.family == Family::kGDN && p.dtype != DType::kFloat32; }
+bool raw_rows(const detail::Problem& p) { return !p.vector_gate && p.dtype != DType::kFloat32; }
 
 PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);

@@ -16,8 +16,8 @@ namespace linattn::cuda::config {
 
 // ---- forward
 
-// GDN with 16-bit inputs: the fused state pass reads the raw q / k rows and per-row factors
-// instead of Qg and KgT (scalar gate: the decay of a row is one number). Measured on an H200,
+// The scalar gate (GDN, simple GLA) with 16-bit inputs: the fused state pass reads the raw q / k
+// rows and per-row factors instead of Qg and KgT (the decay of a row is one number). Measured on an H200,
 // B=2, T=8192, H=16, HV=32, K=V=128 bf16: see bench/NOTES_cuda_forward.md (v9).
 bool raw_rows(const detail::Problem& p);
 

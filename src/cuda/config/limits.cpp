@@ -21,10 +21,8 @@ int sm_count(int device) {
 
 Status can_implement(const detail::Problem& p, const char* direction) {
   const std::string what = std::string("CUDA ") + direction;
-  if (p.family != Family::kKDA && p.family != Family::kGDN) {
-    return Status::Unsupported(what + " for " + family_name(p.family) +
-                               " is not implemented yet (KDA and GDN only)");
-  }
+  // The four families share one path (GLA, simple GLA: the delta rule dropped); what validation
+  // lets through for them (no beta, no in-kernel gate, g_gamma for simple GLA) runs as is.
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat32) {
     return Status::Unsupported(what + " takes bfloat16, float16 or float32 q/k/v, got " + dtype_name(p.dtype));
   }

@@ -44,7 +44,7 @@ constexpr int dtype_code(DType d) {
   }
 }
 
-// Whether the CUDA backend runs problem p (KDA and GDN; bf16 / fp16 / fp32 q, k, v; K and V in
+// Whether the CUDA backend runs problem p (every family; bf16 / fp16 / fp32 q, k, v; K and V in
 // {64, 128, 256}; sizes within the kernels' 32-bit indices and grid limits). `direction` names the
 // call in the message ("forward", "backward").
 Status can_implement(const detail::Problem& p, const char* direction);

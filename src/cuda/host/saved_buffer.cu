@@ -56,11 +56,13 @@ SavedLayout::SavedLayout(const detail::Problem& p, Compute compute) {
   const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
   FrontOffsets& f = front;
   std::size_t o = kSavedHeaderBytes;
-  f.W = o; o = align_up(o + nb * kC * K * es);
+  // without the delta rule (GLA, simple GLA) no W and no M⁻¹ (zero-sized)
+  const std::size_t wy = p.delta ? 1 : 0;
+  f.W = o; o = align_up(o + wy * nb * kC * K * es);
   f.Qg = o; o = align_up(o + nb * kC * K * es);
   f.KgT = o; o = align_up(o + nb * kC * K * es);
   f.Aqk = o; o = align_up(o + nb * kC * kC * es);
-  f.Ainv = o; o = align_up(o + nb * kC * kC * es);
+  f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
   f.gexp = o; o = align_up(o + nb * K * 4);
   f.h = o; o = align_up(o + nb * K * V * 4);
   f.vnew = o; o = align_up(o + nb * kC * V * es);

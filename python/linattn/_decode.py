@@ -1,4 +1,4 @@
-"""The recurrent decode path behind ``fused_recurrent_kda`` / ``fused_recurrent_gated_delta_rule``.
+"""The recurrent decode path behind the ``fused_recurrent_*`` functions (KDA, GDN, GLA, simple GLA).
 
 ``linattn.decode`` in C++: one pass over each state, no workspace, no host synchronisation (a
 decode step can be captured in a CUDA graph), FLA's state-pool semantics (``ssm_state_indices``,
@@ -19,7 +19,7 @@ from torch import Tensor
 from . import _C
 from .ops import make_options
 
-__all__ = ["DECODE_MAX_TOKENS", "use_decode", "selects_decode", "run_decode"]
+__all__ = ["DECODE_MAX_TOKENS", "use_decode", "selects_decode", "short_no_grad_call", "run_decode"]
 
 DECODE_MAX_TOKENS = 16
 
@@ -52,6 +52,15 @@ def selects_decode(fn_name: str, q: Tensor, v: Tensor, beta: Optional[Tensor], c
     serving = (ssm_state_indices is not None or num_accepted_tokens is not None or bool(inplace_final_state)
                or out is not None or (beta is not None and beta.dim() == v.dim()))
     return use_decode(fn_name, q, cu_seqlens, serving, *grad_inputs)
+
+
+def short_no_grad_call(fn_name: str, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor], *grad_inputs) -> bool:
+    """The choice of the fused_recurrent_* functions without state-pool arguments (GLA, simple
+    GLA): decode for short calls that need no gradient, within the decode kernels' head sizes
+    (larger ones stay on the chunked path, which splits them)."""
+    if q.dim() != 4 or v.dim() != 4 or q.shape[-1] > 256 or v.shape[-1] > 256:
+        return False
+    return use_decode(fn_name, q, cu_seqlens, False, *grad_inputs)
 
 
 def _stream(t: Tensor) -> int:

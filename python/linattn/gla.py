@@ -14,6 +14,7 @@ import torch
 
 from ._args import (align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32, state_layout,
                     take_kwargs)
+from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
@@ -37,6 +38,7 @@ def chunk_gla(
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
     intermediate_states_dtype: Optional[torch.dtype] = None,
+    backward_precision: str = "auto",
 ):
     r"""Chunked GLA, forward and backward (a drop-in for ``fla.ops.gla.chunk_gla``).
 
@@ -56,6 +58,10 @@ def chunk_gla(
         disable_recompute: (linattn extra) keep forward intermediates for the backward.
         return_intermediate_states: (linattn extra) also return the states ``h`` before each
             64-token chunk (no gradient), in k's dtype or ``intermediate_states_dtype``.
+        backward_precision: (linattn extra) the CUDA backward's compute form,
+            ``linattn.ops.BACKWARD_PRECISIONS``: without the delta rule ``"auto"``, ``"split"``
+            and ``"fast16"`` compute in the 16-bit input type (as FLA), ``"float32"`` in
+            float32; float32 inputs always compute in float32. The CPU backend ignores it.
 
     Returns:
         ``(o, final_state)``: ``o: [B, T, HV, V]``; ``final_state`` or None. ``h`` follows
@@ -82,7 +88,7 @@ def chunk_gla(
         cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, fn_name=name)
+        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
     o = finish_output(o, o_dtype, None)
     if return_intermediate_states:
         return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
@@ -105,8 +111,10 @@ def fused_recurrent_gla(
 ):
     r"""GLA with FLA's ``fused_recurrent_gla`` interface: the same function as :func:`chunk_gla`
     (the chunked kernels, with autograd) with the per-key decay ``gk: [B, T, H, K]`` (None: no
-    decay). FLA's per-value decay ``gv`` and ``reverse=True`` (right-to-left) are not supported
-    (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+    decay); short calls that need no gradient (decoding) run the recurrent decode kernels, as
+    :func:`fused_recurrent_kda` does. FLA's per-value decay ``gv`` and ``reverse=True``
+    (right-to-left) are not supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be
+    passed as a keyword.
 
     Returns:
         ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
@@ -123,6 +131,14 @@ def fused_recurrent_gla(
     if gk is None and isinstance(k, torch.Tensor):
         gk = torch.zeros(k.shape, dtype=torch.float64 if k.dtype == torch.float64 else torch.float32,
                          device=k.device)
+    if (isinstance(q, torch.Tensor) and isinstance(v, torch.Tensor)
+            and short_no_grad_call(name, q, v, cu_seqlens, q, k, v, gk, initial_state)):
+        # short calls without gradients (decoding): the recurrent decode kernels, as fused_recurrent_kda
+        q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+        o, fs = run_decode(_GLA, q, k, v, g=gk, scale=scale, initial_state=state_in_float32(initial_state),
+                           output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                           cu_seqlens_cpu=extra["cu_seqlens_cpu"], state_v_first=state_v_first)
+        return finish_output(o, o_dtype, None), fs
     return chunk_gla(q, k, v, gk, scale=scale, initial_state=initial_state,
                      output_final_state=output_final_state, state_v_first=state_v_first,
                      cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"])

@@ -17,6 +17,7 @@ import torch
 
 from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, intermediate_states_as,
                     refuse_head_first, state_in_float32, state_layout, take_kwargs)
+from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_forward_split
 from .ops import FAMILIES
 
@@ -42,6 +43,7 @@ def chunk_simple_gla(
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
     intermediate_states_dtype: Optional[torch.dtype] = None,
+    backward_precision: str = "auto",
     **kwargs,
 ):
     r"""Chunked simple GLA, forward and backward (a drop-in for
@@ -65,6 +67,10 @@ def chunk_simple_gla(
         disable_recompute: (linattn extra) keep forward intermediates for the backward.
         return_intermediate_states: (linattn extra) also return the chunk-boundary states
             ``h`` (no gradient), in k's dtype or ``intermediate_states_dtype``.
+        backward_precision: (linattn extra) the CUDA backward's compute form,
+            ``linattn.ops.BACKWARD_PRECISIONS``: without the delta rule ``"auto"``, ``"split"``
+            and ``"fast16"`` compute in the 16-bit input type (as FLA), ``"float32"`` in
+            float32; float32 inputs always compute in float32. The CPU backend ignores it.
 
     Returns:
         ``(o, final_state)``: ``o: [B, T, HV, V]`` in v's dtype; ``final_state`` or None.
@@ -91,7 +97,7 @@ def chunk_simple_gla(
         _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, fn_name=name)
+        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
     o = finish_output(o, o_dtype, None)
     if return_intermediate_states:
         return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
@@ -142,7 +148,8 @@ def fused_recurrent_simple_gla(
     **kwargs,
 ):
     r"""Simple GLA with FLA's ``fused_recurrent_simple_gla`` interface: the same function as
-    :func:`chunk_simple_gla` (the chunked kernels, with autograd). ``reverse=True`` is not
+    :func:`chunk_simple_gla` (the chunked kernels, with autograd); short calls that need no
+    gradient (decoding) run the recurrent decode kernels, as :func:`fused_recurrent_kda` does. ``reverse=True`` is not
     supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
 
     Returns:
@@ -155,6 +162,13 @@ def fused_recurrent_simple_gla(
         raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
                                   "linattn; for equal-length sequences flip q, k, v, g along T and flip o back")
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    if short_no_grad_call(name, q, v, cu_seqlens, q, k, v, g, g_gamma, initial_state):
+        # short calls without gradients (decoding): the recurrent decode kernels, as fused_recurrent_kda
+        o, fs = run_decode(_SGLA, q, k, v, g=g, g_gamma=g_gamma, scale=scale,
+                           initial_state=state_in_float32(initial_state), output_final_state=output_final_state,
+                           cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"],
+                           state_v_first=state_v_first)
+        return finish_output(o, o_dtype, None), fs
     o, fs, _ = run_forward_split(
         _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=state_in_float32(initial_state),
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"], scale=scale,

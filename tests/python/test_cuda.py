@@ -61,6 +61,15 @@ FWD_CASES = [
     ("gdn", {"cu_seqlens": [0, 63, 64, 300]}, torch.float32),
     ("gla", {}, torch.bfloat16),
     ("simple_gla", {"g_gamma": True}, torch.bfloat16),
+    # GLA / simple GLA (the delta-rule kernels without the delta rule)
+    ("gla", {}, torch.float32),
+    ("gla", {"G": 2, "state_v_first": True}, torch.bfloat16),
+    ("gla", {"cu_seqlens": [0, 100, 100, 357, 400]}, torch.bfloat16),
+    ("gla", {"K": 128, "V": 64, "use_qk_l2norm_in_kernel": True}, torch.float16),
+    ("simple_gla", {}, torch.bfloat16),
+    ("simple_gla", {"g": False, "g_gamma": True}, torch.bfloat16),
+    ("simple_gla", {"g_gamma": True, "cu_seqlens": [0, 63, 64, 300]}, torch.float32),
+    ("simple_gla", {"g_gamma": True, "G": 2, "K": 128, "V": 256}, torch.float16),
 ]
 
 
@@ -94,7 +103,75 @@ def test_backward_vs_reference(family):
         assert_close("d" + n, x.grad, rg[GRAD_OF[n]], torch.bfloat16)
 
 
-@pytest.mark.parametrize("family", ["kda", "gdn"])
+NO_DELTA_BWD_CASES = [
+    ("gla", {}, torch.bfloat16),
+    ("gla", {}, torch.float32),
+    ("gla", {"G": 2, "state_v_first": True}, torch.bfloat16),
+    ("gla", {"cu_seqlens": [0, 60, 60, 200]}, torch.float16),
+    ("gla", {"K": 128, "V": 64, "use_qk_l2norm_in_kernel": True}, torch.bfloat16),
+    ("simple_gla", {}, torch.bfloat16),
+    ("simple_gla", {"g": False, "g_gamma": True}, torch.bfloat16),
+    ("simple_gla", {"g_gamma": True}, torch.float32),
+    ("simple_gla", {"g_gamma": True, "G": 2, "cu_seqlens": [0, 1, 1, 130, 201]}, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("family,kw,dtype", NO_DELTA_BWD_CASES)
+def test_no_delta_backward_vs_reference(family, kw, dtype):
+    """GLA / simple GLA on CUDA: every gradient (g_gamma's included) against float64."""
+    t, opts = make_inputs(family, B=2, T=200, H=2, dtype=dtype, **kw)
+    tc = {n: (x.cuda() if n == "cu_seqlens" else x.cuda().requires_grad_()) for n, x in t.items()}
+    extra = {"cu_seqlens_cpu": t["cu_seqlens"]} if "cu_seqlens" in t else {}
+    o, ht = _call(family, tc, opts, output_final_state=True, **extra)
+    do = torch.randn_like(o)
+    dht = torch.randn_like(ht)
+    torch.autograd.backward([o, ht], [do, dht])
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ro, rht, _ = reference.forward(family, t["q"], t["k"], t["v"], output_final_state=True, **ref_kw, **opts)
+    assert_close("o", o, ro, dtype)
+    assert_close("final_state", ht, rht, dtype)
+    rg = reference.backward(family, t["q"], t["k"], t["v"], do.cpu(), dht=dht.cpu(), **ref_kw, **opts)
+    for n, x in tc.items():
+        if n == "cu_seqlens":
+            continue
+        assert_close("d" + n, x.grad, rg[GRAD_OF[n]], dtype)
+
+
+def test_no_delta_intermediate_states_and_fused_variants():
+    """return_intermediate_states (h) for GLA; fused_chunk_simple_gla and the fused_recurrent_*
+    functions (the decode kernels for short calls without gradients) on CUDA."""
+    t, opts = make_inputs("gla", B=2, T=150, H=2, dtype=torch.bfloat16)
+    tc = _cuda(t)
+    o, ht, h = _call("gla", tc, opts, output_final_state=True, return_intermediate_states=True,
+                     intermediate_states_dtype=torch.float32)
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ro, rht, rh = reference.forward("gla", t["q"], t["k"], t["v"], output_final_state=True,
+                                    return_intermediate_states=True, **ref_kw, **opts)
+    assert_close("o", o, ro, torch.bfloat16)
+    assert_close("h", h, rh.reshape(h.shape), torch.bfloat16)
+    with torch.no_grad():
+        of, _ = linattn.fused_recurrent_gla(tc["q"][:, :4], tc["k"][:, :4], tc["v"][:, :4], gk=tc["g"][:, :4],
+                                            initial_state=tc["initial_state"])
+        oc, _ = linattn.chunk_gla(tc["q"][:, :4], tc["k"][:, :4], tc["v"][:, :4], tc["g"][:, :4],
+                                  initial_state=tc["initial_state"])
+    assert rel_err(of, oc) <= 1e-2
+    s, sopts = make_inputs("simple_gla", B=2, T=150, H=2, dtype=torch.bfloat16, g_gamma=True)
+    sc = _cuda(s)
+    o1, h1 = linattn.fused_chunk_simple_gla(sc["q"], sc["k"], sc["v"], g=sc["g"], g_gamma=sc["g_gamma"],
+                                            initial_state=sc["initial_state"], output_final_state=True)
+    ref_kw = {n: x for n, x in s.items() if n not in ("q", "k", "v")}
+    ro, rht, _ = reference.forward("simple_gla", s["q"], s["k"], s["v"], output_final_state=True, **ref_kw)
+    assert_close("o", o1, ro, torch.bfloat16)
+    assert_close("final_state", h1, rht, torch.bfloat16)
+    with torch.no_grad():
+        of, _ = linattn.fused_recurrent_simple_gla(sc["q"][:, :3], sc["k"][:, :3], sc["v"][:, :3], g=sc["g"][:, :3],
+                                                   g_gamma=sc["g_gamma"], initial_state=sc["initial_state"])
+        oc, _ = linattn.chunk_simple_gla(sc["q"][:, :3], sc["k"][:, :3], sc["v"][:, :3], g=sc["g"][:, :3],
+                                         g_gamma=sc["g_gamma"], initial_state=sc["initial_state"])
+    assert rel_err(of, oc) <= 1e-2
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn", "gla", "simple_gla"])
 @pytest.mark.parametrize("precision", ["split", "float32"])
 @pytest.mark.parametrize("disable_recompute", [False, True])
 def test_backward_precision(family, precision, disable_recompute):
@@ -177,3 +254,33 @@ def test_forward_vs_fla(family, kw):
     assert_close("o", o, ro, torch.bfloat16)
     assert rel_err(o, fo) <= 2e-2, f"linattn vs FLA: {rel_err(o, fo):.3e}"
     assert rel_err(ht, fht) <= 2e-2
+
+
+@pytest.mark.parametrize("family,kw", [("gla", {}), ("simple_gla", {"g_gamma": True}),
+                                       ("simple_gla", {"g": False, "g_gamma": True})])
+def test_no_delta_vs_fla(family, kw):
+    """GLA / simple GLA against FLA (forward, and backward where FLA's runs)."""
+    pytest.importorskip("fla")
+    if family == "gla":
+        from fla.ops.gla import chunk_gla as fla_fn
+    else:
+        from fla.ops.simple_gla import chunk_simple_gla as fla_fn
+    t, opts = make_inputs(family, B=2, T=333, H=2, K=128, V=128, dtype=torch.bfloat16, **kw)
+    tc = {n: x.cuda().requires_grad_() for n, x in t.items()}
+    o, ht = _call(family, tc, opts, output_final_state=True)
+    fc = {n: x.detach().clone().requires_grad_() for n, x in tc.items()}
+    kwf = {n: x for n, x in fc.items() if n not in ("q", "k", "v")}
+    fo, fht = fla_fn(fc["q"], fc["k"], fc["v"], **kwf, output_final_state=True)
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ro, _, _ = reference.forward(family, t["q"], t["k"], t["v"], output_final_state=True, **ref_kw)
+    assert_close("o", o, ro, torch.bfloat16)
+    assert rel_err(o, fo) <= 2e-2, f"linattn vs FLA: {rel_err(o, fo):.3e}"
+    assert rel_err(ht, fht) <= 2e-2
+    do = torch.randn_like(o)
+    torch.autograd.backward([o, ht], [do, torch.ones_like(ht)])
+    try:
+        torch.autograd.backward([fo, fht], [do, torch.ones_like(fht)])
+    except Exception as e:  # FLA's simple-GLA backward refuses on Hopper with older Triton (FLA #640)
+        pytest.skip(f"FLA backward of {family} does not run here: {type(e).__name__}: {e}")
+    for n, x in tc.items():
+        assert rel_err(x.grad, fc[n].grad) <= 2e-2, f"d{n} linattn vs FLA: {rel_err(x.grad, fc[n].grad):.3e}"

@@ -2,12 +2,12 @@
 // (profilers, the per-stage split of the backward). The side-by-side suite against FLA is
 // bench/run_benchmarks.py; this binary times linattn alone, from C++, with no Python in the way.
 //
-//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--only kda,kda_steep,kda_safe_gate,gdn]
+//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]
 //       bf16, K = V = 128: KDA H = HV = 32 (in-kernel gate with FLA's initialisation; "steep":
 //       A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); safe_gate with L = -5) and GDN H = 16, HV = 32.
 //       CUDA events, 5 warm-ups, the median of 40 calls, 4 input sets rotated to defeat L2.
 //       Settings match bench/fla_forward_times.py.
-//   linattn_cuda_stage_bench backward [--family kda|gdn] [--dtype bf16|fp16|fp32]
+//   linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]
 //       [--gate softplus|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]
 //       [--B 2] [--T 8192] [--H 32] [--HV 32] [--K 128] [--V 128]
 //       The backward of every form (Options::backward_precision, and the token replay, the tests'
@@ -111,6 +111,8 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
   const int rot = 4;
   const DType bf = DType::kBFloat16;
   const bool kda = fam == Family::kKDA;
+  const bool vec = kda || fam == Family::kGLA;        // per-channel gate
+  const bool delta = kda || fam == Family::kGDN;      // beta, l2norm (the delta-rule layers')
   std::vector<std::unique_ptr<Dev>> bufs;
   std::vector<ForwardInputs> ins(rot);
   auto alloc = [&](std::size_t n) {
@@ -119,6 +121,12 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
   };
   void* A_log = alloc(HV * 4);
   void* dtb = alloc(HV * K * 4);
+  void* g_gamma = alloc(HV * 4);  // simple GLA: FLA's per-head decays log(1 - 2^(-5 - h / 4))
+  {
+    HostTensor gg(DType::kFloat32, {HV});
+    for (int64_t i = 0; i < HV; ++i) gg.set(i, std::log1p(-std::exp2(-5.0 - double(i % 32) / 4.0)));
+    cudaMemcpy(g_gamma, gg.bytes.data(), gg.bytes.size(), cudaMemcpyHostToDevice);
+  }
   {
     HostTensor a(DType::kFloat32, {HV});
     HostTensor db(DType::kFloat32, {HV * K});
@@ -139,7 +147,7 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
     void* q = alloc(B * T * H * K * 2);
     void* k = alloc(B * T * H * K * 2);
     void* v = alloc(B * T * HV * V * 2);
-    const int64_t gn = kda ? B * T * HV * K : B * T * HV;
+    const int64_t gn = vec ? B * T * HV * K : B * T * HV;
     void* g = alloc(gn * 4);
     void* beta = alloc(B * T * HV * 2);
     fill_dev(q, bf, B * T * H * K, 0, 0);
@@ -150,15 +158,16 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
     in.q = dev_view(q, bf, {B, T, H, K});
     in.k = dev_view(k, bf, {B, T, H, K});
     in.v = dev_view(v, bf, {B, T, HV, V});
-    in.g = kda ? dev_view(g, DType::kFloat32, {B, T, HV, K}) : dev_view(g, DType::kFloat32, {B, T, HV});
-    in.beta = dev_view(beta, bf, {B, T, HV});
+    in.g = vec ? dev_view(g, DType::kFloat32, {B, T, HV, K}) : dev_view(g, DType::kFloat32, {B, T, HV});
+    if (delta) in.beta = dev_view(beta, bf, {B, T, HV});
+    if (fam == Family::kSimpleGLA) in.g_gamma = dev_view(g_gamma, DType::kFloat32, {HV});
     if (kda) {
       in.A_log = dev_view(A_log, DType::kFloat32, {HV});
       in.dt_bias = dev_view(dtb, DType::kFloat32, {HV * K});
     }
   }
   Options opt;
-  opt.use_qk_l2norm_in_kernel = true;
+  opt.use_qk_l2norm_in_kernel = delta;
   if (kda) {
     opt.use_gate_in_kernel = true;
     if (safe) {
@@ -202,7 +211,9 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
   const cudaError_t err = cudaGetLastError();
   std::sort(ts.begin(), ts.end());
   std::printf("linattn %-14s B=%lld T=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n",
-              kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda")) : "gdn", static_cast<long long>(B),
+              kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda"))
+                  : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : "simple_gla")),
+              static_cast<long long>(B),
               static_cast<long long>(T), ts[ts.size() / 2], ts[0], wsb / 1048576.0);
   std::fflush(stdout);
   cudaEventDestroy(e0);
@@ -222,6 +233,9 @@ int run_forward(const Args& a) {
   if (selected(only, "kda_steep")) rc |= forward_one(Family::kKDA, B, T, 32, 32, false, true);
   if (selected(only, "kda_safe_gate")) rc |= forward_one(Family::kKDA, B, T, 32, 32, true, true);
   if (selected(only, "gdn")) rc |= forward_one(Family::kGDN, B, T, 16, 32, false, false);
+  // GLA / simple GLA (g and g_gamma) at H = HV = 32: only when named in --only
+  if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, 32, 32, false, false);
+  if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, 32, 32, false, false);
   return rc;
 }
 
@@ -271,8 +285,11 @@ Status timed_backward(const Case& c, const Inputs& x, BwdPath path, Grads* g, do
 }
 
 int run_backward(const Args& a) {
+  const std::string fam = a.str("family", "kda");
   Case c;
-  c.fam = a.str("family", "kda") == "gdn" ? Family::kGDN : Family::kKDA;
+  c.fam = fam == "gdn" ? Family::kGDN : (fam == "gla" ? Family::kGLA : (fam == "simple_gla" ? Family::kSimpleGLA : Family::kKDA));
+  if (!c.delta()) c = no_delta_case(c.fam);  // no beta, no in-kernel gate, no l2norm
+  c.g_gamma = c.fam == Family::kSimpleGLA;
   const std::string dts = a.str("dtype", "bf16");
   c.dt = dts == "fp32" ? DType::kFloat32 : (dts == "fp16" ? DType::kFloat16 : DType::kBFloat16);
   c.B = a.num("B", 2);
@@ -281,7 +298,7 @@ int run_backward(const Args& a) {
   c.HV = a.num("HV", c.H);
   c.K = a.num("K", 128);
   c.V = a.num("V", 128);
-  if (a.str("gate", "softplus") == "logsigmoid") {  // the test suite's gate (g given)
+  if (a.str("gate", "softplus") == "logsigmoid" || !c.delta()) {  // the test suite's gate (g given)
     c.gate = Gate::kLogsigmoid;
   } else {  // the in-kernel softplus gate with A_log, dt_bias and sigmoid beta
     c.gate = Gate::kSoftplus;
@@ -303,6 +320,7 @@ int run_backward(const Args& a) {
   cuda::StageTimer timer;
   for (int i = 0; i < 4; ++i) {
     if (!only.empty() && only != keys[i]) continue;
+    if (!c.delta() && paths[i] == BwdPath::kTokenReplay) continue;  // the token replay is the delta rule's
     const bool staged = stages && paths[i] != BwdPath::kTokenReplay;
     const Status s = timed_backward(c, x, paths[i], &g, &ms[i], staged ? &timer : nullptr);
     if (!s.ok()) {
@@ -376,7 +394,7 @@ int run_backward(const Args& a) {
   double io = 0;
   for (const HostTensor* h : {&x.q, &x.k, &x.v, &x.g, &x.beta, &x.A_log, &x.dt_bias, &x.d_o})
     if (h->present()) io += double(h->bytes.size());
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < kNumGrads; ++i)
     if (g2.at(i)->present()) io += double(g2.at(i)->bytes.size());
   std::printf("[bench] auto backward workspace %.3f GiB, inputs+gradients %.3f GiB, peak %.3f GiB\n", wsb / gib,
               io / gib, (wsb + io) / gib);
@@ -385,8 +403,8 @@ int run_backward(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--only kda,kda_steep,kda_safe_gate,gdn]\n"
-               "       linattn_cuda_stage_bench backward [--family kda|gdn] [--dtype bf16|fp16|fp32]\n"
+               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]\n"
+               "       linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]\n"
                "           [--gate softplus|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
                "           [--B n] [--T n] [--H n] [--HV n] [--K n] [--V n]\n");
   return 2;

@@ -482,7 +482,9 @@ struct WyLayout {
 };
 // bf16: 4 tiles 36864 + γ 17408 + union 55296 + 4864 = 114432 B: two CTAs per SM.
 
-template <class T, bool VEC>
+// DELTA: WyParams::delta as a template argument (the kernel runs at its register limit; the
+// delta-rule instantiations keep their code and allocation).
+template <class T, bool VEC, bool DELTA>
 __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const WyParams p) {
   using L = WyLayout<T>;
   constexpr int ld = L::ld, ldg = L::ldg;
@@ -530,19 +532,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const WyGate& ga = p.gate;
   const float alog = (ga.kind != 0 && ga.has_alog) ? load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
   const float ea = (ga.kind != 0 && ga.has_alog) ? expf(alog) : 1.f;
-  const float gamma_h = ga.g_gamma ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
+  const float gamma_h = (!VEC && ga.g_gamma) ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
   // As the forward's (chunk_prep.cuh): the transform without inf * 0, then the gate floor.
   auto gate_tf = [&](float raw, float dtb) -> float {
     if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, softplus(raw + dtb)));
     if (ga.kind == 2) {
       return gate::floor_gate(ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
     }
-    return gate::floor_gate(raw + gamma_h);
+    return gate::floor_gate(VEC ? raw : raw + gamma_h);
   };
   const bool use_dtb = ga.kind != 0 && ga.has_dtb;
   if (tid < kC) {
     float b = 0.f;  // 0 without the delta rule: every β-weighted term below vanishes
-    if (tid < Lc && p.delta) {
+    if (tid < Lc && DELTA) {
       b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
       if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigm(b);
     }
@@ -601,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below.
   // Without the delta rule (GLA, simple GLA): V_new = V, so dv = dN; no M⁻¹, dY, dM (left 0) or dX.
   const bool split = kIs16<T> && p.dN_lo != nullptr;
-  const bool delta = p.delta != 0;
+  constexpr bool delta = DELTA;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
   T* Ns = dNs + 64 * ld;
@@ -1108,9 +1110,9 @@ std::size_t dh_smem_k(int K, int stages, bool split) {
   }
 }
 
-template <class T, bool VEC>
+template <class T, bool VEC, bool DELTA>
 cudaError_t launch_wy_t(const WyParams& p, cudaStream_t s) {
-  auto kernel = wy_kernel<T, VEC>;
+  auto kernel = wy_kernel<T, VEC, DELTA>;
   const int smem = WyLayout<T>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -1119,12 +1121,12 @@ cudaError_t launch_wy_t(const WyParams& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-template <bool VEC>
+template <bool VEC, bool DELTA>
 cudaError_t launch_wy_v(int dtype, const WyParams& p, cudaStream_t s) {
   switch (dtype) {
-    case 0: return launch_wy_t<__half, VEC>(p, s);
-    case 1: return launch_wy_t<__nv_bfloat16, VEC>(p, s);
-    default: return launch_wy_t<float, VEC>(p, s);
+    case 0: return launch_wy_t<__half, VEC, DELTA>(p, s);
+    case 1: return launch_wy_t<__nv_bfloat16, VEC, DELTA>(p, s);
+    default: return launch_wy_t<float, VEC, DELTA>(p, s);
   }
 }
 
@@ -1147,7 +1149,8 @@ cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s) {
 }
 
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s) {
-  return vec ? launch_wy_v<true>(dtype, p, s) : launch_wy_v<false>(dtype, p, s);
+  if (p.delta) return vec ? launch_wy_v<true, true>(dtype, p, s) : launch_wy_v<false, true>(dtype, p, s);
+  return vec ? launch_wy_v<true, false>(dtype, p, s) : launch_wy_v<false, false>(dtype, p, s);
 }
 
 }  // namespace linattn::cuda::bwd

@@ -62,7 +62,9 @@ __device__ __forceinline__ void c_to_b(uint32_t (&b)[2], const float (&c)[4], fl
   b[1] = transpose8x8(pack2<T>(c[2] * s1, c[3] * s1));
 }
 
-template <class T, int K, int VT>
+// DELTA (StateParams::delta, a template argument here: this is the forward's hot loop, and the
+// delta-rule instantiation stays exactly the code it was): false drops W and W S (V_new = U = V).
+template <class T, int K, int VT, bool DELTA>
 __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const StateParams p) {
   using Lay = WarpLayout<T, K, VT>;
   constexpr int CPW = VT / 4;     // columns of a column group
@@ -81,8 +83,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   const bool rows = p.q_raw != nullptr;
-  // without the delta rule (GLA, simple GLA) W is neither loaded nor multiplied: V_new = U
-  const bool delta = p.delta != 0;
   const int hk = hv / p.G;
   float4* vx = reinterpret_cast<float4*>(smem + Lay::vx_off);  // [grp][half][NF][32]
   float4* ox = reinterpret_cast<float4*>(smem + Lay::ox_off);  // [grp][half][NF / 2][32]
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   auto issue = [&](int ci) {
     unsigned char* st = smem + (ci & 1) * Lay::stage;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    if (delta) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
+    if constexpr (DELTA) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
     if (rows) {
       const int valid = min(kC, si.len - ci * kC);
       const int64_t rs = static_cast<int64_t>(p.H) * K;
@@ -184,13 +184,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4], b[4];
-        ldsm_a(b, Qs, Lay::ldw, 16 * mt, kr0 + 16 * kb);
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
-        if (delta) {
+        if constexpr (DELTA) {
           ldsm_a(a, Ws, Lay::ldw, 16 * mt, kr0 + 16 * kb);
+          ldsm_a(b, Qs, Lay::ldw, 16 * mt, kr0 + 16 * kb);
 #pragma unroll
-          for (int ni = 0; ni < NI; ++ni) mma16<T>(P[mt][ni], a, Sb[kb][ni]);
+          for (int ni = 0; ni < NI; ++ni) {
+            mma16<T>(P[mt][ni], a, Sb[kb][ni]);
+            mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
+          }
+        } else {
+          ldsm_a(b, Qs, Lay::ldw, 16 * mt, kr0 + 16 * kb);
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma16<T>(Q[mt][ni], b, Sb[kb][ni]);
         }
       }
     }
@@ -203,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          if (delta) mine_v[(mt * NI + ni) * 32 + lane] = make_float4(P[mt][ni][0], P[mt][ni][1], P[mt][ni][2], P[mt][ni][3]);
+          if constexpr (DELTA) mine_v[(mt * NI + ni) * 32 + lane] = make_float4(P[mt][ni][0], P[mt][ni][1], P[mt][ni][2], P[mt][ni][3]);
           if ((mt >> 1) != half)
             mine_o[((mt & 1) * NI + ni) * 32 + lane] = make_float4(Q[mt][ni][0], Q[mt][ni][1], Q[mt][ni][2], Q[mt][ni][3]);
         }
@@ -216,14 +221,21 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          const float4 x = delta ? other_v[(mt * NI + ni) * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-          const float xo[4] = {x.x, x.y, x.z, x.w};
+          if constexpr (DELTA) {
+            const float4 x = other_v[(mt * NI + ni) * 32 + lane];
+            const float xo[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
-            // the same sum in both halves (addition commutes bitwise): V_new agrees exactly
-            const float u = to_f(Us[i * Lay::ldu + c]);
-            Vn[mt][ni][e] = delta ? u - (P[mt][ni][e] + xo[e]) : u;
+            for (int e = 0; e < 4; ++e) {
+              const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
+              // the same sum in both halves (addition commutes bitwise): V_new agrees exactly
+              Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]) - (P[mt][ni][e] + xo[e]);
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = 16 * mt + g + (e >= 2 ? 8 : 0), c = wc0 + 8 * ni + 2 * t + (e & 1);
+              Vn[mt][ni][e] = to_f(Us[i * Lay::ldu + c]);
+            }
           }
         }
     }
@@ -316,9 +328,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   }
 }
 
-template <class T, int K, int VT>
+template <class T, int K, int VT, bool DELTA>
 cudaError_t launch_vt(const StateParams& p, cudaStream_t s) {
-  auto kernel = chunk_fused_warp_kernel<T, K, VT>;
+  auto kernel = chunk_fused_warp_kernel<T, K, VT, DELTA>;
   constexpr int smem = WarpLayout<T, K, VT>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -327,10 +339,15 @@ cudaError_t launch_vt(const StateParams& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+template <class T, bool DELTA>
+cudaError_t launch_d(const StateParams& p, cudaStream_t s) {
+  if (p.K == 64) return p.fused_vt == 64 ? launch_vt<T, 64, 64, DELTA>(p, s) : launch_vt<T, 64, 32, DELTA>(p, s);
+  return p.fused_vt == 64 ? launch_vt<T, 128, 64, DELTA>(p, s) : launch_vt<T, 128, 32, DELTA>(p, s);
+}
+
 template <class T>
 cudaError_t launch_t(const StateParams& p, cudaStream_t s) {
-  if (p.K == 64) return p.fused_vt == 64 ? launch_vt<T, 64, 64>(p, s) : launch_vt<T, 64, 32>(p, s);
-  return p.fused_vt == 64 ? launch_vt<T, 128, 64>(p, s) : launch_vt<T, 128, 32>(p, s);
+  return p.delta ? launch_d<T, true>(p, s) : launch_d<T, false>(p, s);
 }
 
 }  // namespace

@@ -138,12 +138,15 @@ struct StateParams {
 // dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.
 // vec_gate = false: the scalar-gate (GDN) layout, smaller; the vector-gate size also fits GDN.
 std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate = true);
-// chunk_prep with a vector gate (kda/kda_forward.cu: KDA, GLA) or a scalar gate
-// (gdn/gdn_forward.cu: GDN, simple GLA); launch_prep picks by the gate's shape.
+// chunk_prep per family (kda/, gdn/, gla/, simple_gla/ *_forward.cu): the gate's shape and the
+// delta rule are its template arguments. launch_prep picks by p.delta and the gate's shape.
 cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 cudaError_t launch_prep_gdn(int dtype, const PrepParams& p, int smem, cudaStream_t s);
+cudaError_t launch_prep_gla(int dtype, const PrepParams& p, int smem, cudaStream_t s);
+cudaError_t launch_prep_simple_gla(int dtype, const PrepParams& p, int smem, cudaStream_t s);
 inline cudaError_t launch_prep(int dtype, bool vec_gate, const PrepParams& p, int smem, cudaStream_t s) {
-  return vec_gate ? launch_prep_kda(dtype, p, smem, s) : launch_prep_gdn(dtype, p, smem, s);
+  if (p.delta) return vec_gate ? launch_prep_kda(dtype, p, smem, s) : launch_prep_gdn(dtype, p, smem, s);
+  return vec_gate ? launch_prep_gla(dtype, p, smem, s) : launch_prep_simple_gla(dtype, p, smem, s);
 }
 
 int state_v_tile(int dtype);

@@ -1,7 +1,8 @@
 // Kernel 1 of the chunked forward: everything local to one chunk (see chunk_fwd.hpp).
-// Included by kda/ (vector gate: KDA, GLA) and gdn/ (scalar gate: GDN, simple GLA), which
-// instantiate it. Without the delta rule (PrepParams::delta = 0: GLA, simple GLA) the K Kᵀ
-// product, the triangular inverse and W are skipped and U is V itself (V_new = V).
+// Instantiated per family by kda/, gdn/, gla/ and simple_gla/ (VEC: the vector gate of KDA and
+// GLA; DELTA: the delta rule of KDA and GDN, PrepParams::delta). Without the delta rule the K Kᵀ
+// product, the triangular inverse and W are skipped and U is V itself (V_new = V); DELTA is a
+// template argument so that the delta-rule families' kernels keep their code and registers.
 #pragma once
 
 #include "cuda/common/chunk_fwd.hpp"
@@ -122,7 +123,7 @@ __device__ __forceinline__ void inv_offdiag_block(float* Ti, const float* Akk, f
 template <class T, bool VEC>
 constexpr int prep_min_blocks() { return (!VEC && kIs16<T>) ? 3 : 2; }
 
-template <class T, bool VEC>
+template <class T, bool VEC, bool DELTA>
 __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk_prep_kernel(const PrepParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
   const float ea = expf(alog);
   // simple GLA's per-head constant gate, added to every token's g (0 for the other families)
-  const float gamma_h = p.g_gamma ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+  const float gamma_h = (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
   // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
   auto gate_tf = [&](float raw, float dtb) -> float {
     if (p.gate_kind == 1) {
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       const float z = p.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb;
       return gate::floor_gate(p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z)));
     }
-    return gate::floor_gate(raw + gamma_h);
+    return gate::floor_gate(VEC ? raw : raw + gamma_h);
   };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
     if (tid < kC) {
       float b = 0.f;
-      if (tid < Lc && p.delta) {
+      if (tid < Lc && DELTA) {
         b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
         if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigmoidf_(b);
       }
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         uint32_t a_k[4], a_q[4], bb[2][2];
         ldsm_a(a_q, qs, ldk, 16 * I, k0);
         ldsm_b_n(bb, ks, ldk, k0, 16 * J);
-        if (p.delta) {  // K Kᵀ: the delta rule's only
+        if constexpr (DELTA) {  // K Kᵀ: the delta rule's only
           ldsm_a(a_k, ks, ldk, 16 * I, k0);
           mma16<T>(ak[0], a_k, bb[0]);
           mma16<T>(ak[1], a_k, bb[1]);
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {
         const int mat = job & 1, cb = job >> 1;
         if (cb == I && wide[I]) continue;
-        if (mat == 0 && !p.delta) continue;  // K Kᵀ: the delta rule's only
+        if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
         float acc[2][4];
 #pragma unroll
         for (int ni = 0; ni < 2; ++ni)
@@ -472,7 +473,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     const int mat = rem & 1, nt = rem >> 1;
     const bool diag = nt >= 2 * I;
     if (diag && wide[I]) continue;
-    if (mat == 0 && !p.delta) continue;  // K Kᵀ: the delta rule's only
+    if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
     const int r = 16 * I;
     float acc[1][1][4];
     zero_acc(acc);
@@ -572,7 +573,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const bool vstage = kIs16<T> && kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
   const int vpieces = V / per;
   uint4 vreg[4];
-  if (vstage && p.delta) {
+  if (vstage && DELTA) {
     const int lvp = 31 - __clz(vpieces);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -582,7 +583,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
   }
   if (tid < 64) {
-    if (p.delta) {
+    if constexpr (DELTA) {
     const int b = tid >> 4, cc = tid & 15, base = 16 * b;
     const float* Ab = Akk + base * kLdA + base;
     float tcol[16];
@@ -645,8 +646,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
   }
   // No delta rule: no inverse, no W; U = V (rows past the chunk's end zero, as the delta rule's U).
-  // p.delta is uniform over the grid: every thread of the block returns here together.
-  if (!p.delta) {
+  if constexpr (!DELTA) {
     const int lvp = 31 - __clz(vpieces);
     T* Uout = static_cast<T*>(p.U) + blk * kC * V;
     for (int e = tid; e < kC * vpieces; e += kPrepThreads) {
@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       *reinterpret_cast<uint4*>(Uout + j * V + d) = u;
       if (p.U_lo) *reinterpret_cast<uint4*>(static_cast<T*>(p.U_lo) + blk * kC * V + j * V + d) = make_uint4(0, 0, 0, 0);
     }
-    return;
+    return;  // (the rest is the delta rule's)
   }
   __syncthreads();
   // level 1 (warps 0-2); 16-bit: the B operand of W, β k̂ exp(γ), replaces k in shared memory
@@ -865,9 +865,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   }
 }
 
-template <class T, bool VEC>
+template <class T, bool VEC, bool DELTA>
 cudaError_t launch_prep_t(const PrepParams& p, int smem, cudaStream_t s) {
-  auto kernel = chunk_prep_kernel<T, VEC>;
+  auto kernel = chunk_prep_kernel<T, VEC, DELTA>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(p.num_chunks, p.HV);
@@ -875,12 +875,12 @@ cudaError_t launch_prep_t(const PrepParams& p, int smem, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-template <bool VEC>
+template <bool VEC, bool DELTA>
 cudaError_t launch_prep_dispatch(int dtype, const PrepParams& p, int smem, cudaStream_t s) {
   switch (dtype) {
-    case 0: return launch_prep_t<__half, VEC>(p, smem, s);
-    case 1: return launch_prep_t<__nv_bfloat16, VEC>(p, smem, s);
-    default: return launch_prep_t<float, VEC>(p, smem, s);
+    case 0: return launch_prep_t<__half, VEC, DELTA>(p, smem, s);
+    case 1: return launch_prep_t<__nv_bfloat16, VEC, DELTA>(p, smem, s);
+    default: return launch_prep_t<float, VEC, DELTA>(p, smem, s);
   }
 }
 

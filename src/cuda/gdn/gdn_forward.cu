@@ -4,7 +4,7 @@
 namespace linattn::cuda::kern {
 
 cudaError_t launch_prep_gdn(int dtype, const PrepParams& p, int smem, cudaStream_t s) {
-  return launch_prep_dispatch<false>(dtype, p, smem, s);
+  return launch_prep_dispatch</*VEC=*/false, /*DELTA=*/true>(dtype, p, smem, s);
 }
 
 }  // namespace linattn::cuda::kern

@@ -4,7 +4,7 @@
 namespace linattn::cuda::kern {
 
 cudaError_t launch_prep_kda(int dtype, const PrepParams& p, int smem, cudaStream_t s) {
-  return launch_prep_dispatch<true>(dtype, p, smem, s);
+  return launch_prep_dispatch</*VEC=*/true, /*DELTA=*/true>(dtype, p, smem, s);
 }
 
 std::size_t prep_smem_bytes(int dtype, int K, bool q_in_smem, bool vec_gate) {

@@ -1,4 +1,5 @@
-// Kernels of the CUDA delta-rule backward (KDA, GDN): parameters, dtype helpers, launchers.
+// Kernels of the CUDA backward (KDA, GDN; GLA and simple GLA with `delta = 0`: no β, M⁻¹, W,
+// dM or dX, dv = dN): parameters, dtype helpers, launchers.
 //
 // Two paths (chunk_bwd.hpp). The chunked WY backward on tensor cores (chunk_bwd_wy.cu;
 // docs/chunked_backward.md), in the form Options::backward_precision selects: for 16-bit inputs

@@ -1,4 +1,6 @@
-// The CUDA backward of the delta-rule families (KDA and GDN).
+// The CUDA backward of the four families: KDA and GDN, and GLA / simple GLA as the same kernels
+// without the delta rule (Problem::delta = false; see docs/cuda_architecture.md). The names keep
+// "kda_gdn" from when only the delta-rule families ran here.
 //
 // Entry points the backend (cuda_backend.cu) calls from cuda::backward / backward_workspace_bytes.
 // See chunk_bwd.cuh for the kernels and their design.
@@ -22,13 +24,14 @@ class StageTimer;  // host/stage_timer.hpp
 // Workspace bytes of backward_kda_gdn (0 when the problem is not supported by it).
 std::size_t backward_kda_gdn_workspace_bytes(const detail::Problem& p);
 
-// Gradients of a KDA or GDN forward: dq, dk, dv and the optional dg, dbeta, dA_log, ddt_bias,
-// dh0. Deterministic (no atomics; fixed-order reductions). With in.saved (a buffer
+// Gradients of a forward of any family: dq, dk, dv and the optional dg, dg_gamma (simple GLA),
+// dbeta, dA_log, ddt_bias, dh0. Deterministic (no atomics; fixed-order reductions). With in.saved (a buffer
 // forward_saved_kda_gdn filled) the chunked path reads the forward's intermediates instead of
 // recomputing them, bitwise the same gradients; its header is checked first (one small read that
 // waits for the stream, skipped while the stream captures a graph). The token replay ignores
 // saved. Returns kNotSupported for shapes it does not handle (K or V outside {64, 128, 256},
-// float64 q/k/v) and for tensors that do not start 16-byte aligned, kInvalidArgument for a saved
+// float64 q/k/v), for the token replay of a family without the delta rule, and for tensors that
+// do not start 16-byte aligned, kInvalidArgument for a saved
 // buffer written for another problem or backward form. timer (benchmarks): the chunked path marks
 // its stages on it (see StageTimer); null in the product.
 Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,

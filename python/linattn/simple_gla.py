@@ -68,9 +68,11 @@ def chunk_simple_gla(
         return_intermediate_states: (linattn extra) also return the chunk-boundary states
             ``h`` (no gradient), in k's dtype or ``intermediate_states_dtype``.
         backward_precision: (linattn extra) the CUDA backward's compute form,
-            ``linattn.ops.BACKWARD_PRECISIONS``: without the delta rule ``"auto"``, ``"split"``
-            and ``"fast16"`` compute in the 16-bit input type (as FLA), ``"float32"`` in
-            float32; float32 inputs always compute in float32. The CPU backend ignores it.
+            ``linattn.ops.BACKWARD_PRECISIONS``: without the delta rule ``"split"`` and
+            ``"fast16"`` compute in the 16-bit input type (as FLA), ``"float32"`` in float32;
+            ``"auto"`` computes in the 16-bit type, or in float32 when ``g_gamma`` is given (its
+            gradient sums every token of a head and cancels, as dA_log does); float32 inputs
+            always compute in float32. The CPU backend ignores it.
 
     Returns:
         ``(o, final_state)``: ``o: [B, T, HV, V]`` in v's dtype; ``final_state`` or None.

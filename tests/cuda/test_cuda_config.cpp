@@ -65,11 +65,12 @@ TEST(CudaConfig, CanImplement) {
 }
 
 // GLA and simple GLA: implemented; the scalar gate takes the raw-row state pass like GDN; their
-// backward never splits (kAuto / kSplit compute in the 16-bit type, kFloat32 in float32).
+// backward never splits (kAuto / kSplit compute in the 16-bit type, kFloat32 in float32), except
+// that g_gamma (its gradient is a whole-head sum, like dA_log) makes kAuto compute in float32.
 TEST(CudaConfig, NoDeltaFamilies) {
   for (Family fam : {Family::kGLA, Family::kSimpleGLA}) {
     Case c = no_delta_case(fam);
-    c.g_gamma = fam == Family::kSimpleGLA;
+    c.g_gamma = false;
     const detail::Problem p = problem_of(c);
     EXPECT_FALSE(p.delta);
     EXPECT_TRUE(cfg::can_implement(p, "forward").ok());
@@ -77,6 +78,11 @@ TEST(CudaConfig, NoDeltaFamilies) {
     EXPECT_EQ(cfg::raw_rows(p), fam == Family::kSimpleGLA);
     EXPECT_EQ(cfg::compute_of(p), cfg::Compute::kSixteen);
     EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kSplit)), cfg::Compute::kSixteen);
+    if (fam == Family::kSimpleGLA) {
+      c.g_gamma = true;
+      EXPECT_EQ(cfg::compute_of(problem_of(c)), cfg::Compute::kFloat32);
+      EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kFast16)), cfg::Compute::kSixteen);
+    }
     EXPECT_EQ(cfg::compute_of(problem_of(c, BackwardPrecision::kFloat32)), cfg::Compute::kFloat32);
     c.dt = DType::kFloat32;
     EXPECT_EQ(cfg::compute_of(problem_of(c)), cfg::Compute::kFloat32);

@@ -426,7 +426,7 @@ TEST(CudaForward, NoDeltaSmallOddLengthsAndVarlen) {
       c.cu64 = dt == DType::kFloat32;
       c.T = 197;
       c.g_gamma = fam == Family::kSimpleGLA;
-      c.has_g = dt != DType::kFloat16;  // fp16: simple GLA on g_gamma alone
+      c.has_g = fam == Family::kGLA || dt != DType::kFloat16;  // fp16: simple GLA on g_gamma alone
       c.H = 1;
       c.HV = 2;
       c.h0 = true;

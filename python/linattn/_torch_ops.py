@@ -489,12 +489,12 @@ def run_forward_split(family: int, q, k, v, *, g=None, g_per_key=False, split_k=
         h = torch.cat([x[2] for x in outs], dim=v_axis) if return_intermediate_states else None
         return o, fs, h
     if not (split_k and K > MAX_HEAD_SIZE) or (g_per_key and not (_is4(g) and g.shape[-1] == K)):
-        return run_forward(family, q, k, v, **kw)
+        return _run_padded(family, q, k, v, **kw)
     if scale is None:
         scale = K ** -0.5
     o_sum, states, hs = None, [], []
     for part in _parts(K):
-        o, fs, h = run_forward(family, q[..., part], k[..., part], v,
+        o, fs, h = _run_padded(family, q[..., part], k[..., part], v,
                                **{**kw, "g": g[..., part] if g_per_key else g, "scale": scale,
                                   "initial_state": state_slice(initial_state, part, k_axis)})
         o_sum = o.float() if o_sum is None else o_sum + o.float()
@@ -504,3 +504,62 @@ def run_forward_split(family: int, q, k, v, *, g=None, g_per_key=False, split_k=
     fs = torch.cat(states, dim=k_axis) if output_final_state else None
     h = torch.cat(hs, dim=k_axis) if return_intermediate_states else None
     return o, fs, h
+
+
+# --------------------------------------------------------------------------- head sizes < 256 the CUDA kernels lack
+# src/cuda/config/limits.cpp: the CUDA kernels take K and V in these sizes.
+CUDA_HEAD_SIZES = (64, 128, 256)
+
+
+def _needs_padding(t: Tensor) -> bool:
+    """Whether a call on t's device pads K / V to CUDA_HEAD_SIZES (the CPU backend takes any size;
+    the tests replace this to run the padded path on the CPU)."""
+    return t.device.type == "cuda"
+
+
+def _run_padded(family: int, q, k, v, **kw):
+    """:func:`run_forward`, with K and V below 256 that the CUDA kernels lack (FLA's tests use 60
+    and 100) padded with zeros to the next size they run.
+
+    Exact for every family: a zero key / query column adds exactly 0 to every product (Q Kᵀ, K Kᵀ,
+    Sᵀ q, S k), l2norm's sums are unchanged, and that column's state row starts at 0 and only ever
+    gains k ⊗ (…) = 0, whatever its decay; a zero value column gives a zero output column and state
+    column. The padded gate columns (0, or the in-kernel gate of 0 with a zero dt_bias) are finite
+    and only scale those zero rows, so their gradients are 0 and add nothing to dA_log. Autograd's
+    pad / slice carry the gradients of the real columns. Costs the padded columns' work (60 → 64:
+    7%; 100 → 128: 28%) and the copies; kernels with a partial K / V tile would save both."""
+    K, V = q.shape[-1], v.shape[-1]
+    if (not _needs_padding(q) or (K in CUDA_HEAD_SIZES and V in CUDA_HEAD_SIZES)
+            or K > MAX_HEAD_SIZE or V > MAX_HEAD_SIZE or K < 1 or V < 1
+            or not (_is4(q) and _is4(k) and _is4(v)) or k.shape[-1] != K):
+        return run_forward(family, q, k, v, **kw)
+    v_first = kw.get("state_v_first", False)
+    k_axis, v_axis = (-1, -2) if v_first else (-2, -1)
+    g, dt_bias, h0 = kw.get("g"), kw.get("dt_bias"), kw.get("initial_state")
+    if h0 is not None and not (_is4(h0) and h0.shape[k_axis] == K and h0.shape[v_axis] == V):
+        return run_forward(family, q, k, v, **kw)  # its validation explains the shape
+    Kp = next(n for n in CUDA_HEAD_SIZES if n >= K)
+    Vp = next(n for n in CUDA_HEAD_SIZES if n >= V)
+    pk, pv = Kp - K, Vp - V
+    fn = torch.nn.functional.pad
+    kw = dict(kw)
+    if kw.get("scale") is None:
+        kw["scale"] = K ** -0.5  # the real K's default
+    if pk:
+        q, k = fn(q, (0, pk)), fn(k, (0, pk))
+        if _is4(g) and g.shape[-1] == K:  # a per-key gate (KDA, GLA); a scalar gate has no K axis
+            kw["g"] = fn(g, (0, pk))
+            if isinstance(dt_bias, Tensor) and dt_bias.numel() == g.shape[-2] * K:
+                kw["dt_bias"] = fn(dt_bias.reshape(-1, K), (0, pk)).reshape(-1)
+    if pv:
+        v = fn(v, (0, pv))
+    if h0 is not None:
+        kw["initial_state"] = fn(h0, (0, pk, 0, pv) if v_first else (0, pv, 0, pk))
+
+    def crop(t):  # a state [.., K, V] / [.., V, K] back to the real sizes
+        if t is None:
+            return None
+        return (t[..., :V, :K] if v_first else t[..., :K, :V]).contiguous()
+
+    o, fs, h = run_forward(family, q, k, v, **kw)
+    return o[..., :V].contiguous(), crop(fs), crop(h)

@@ -141,6 +141,12 @@ def pytest_addoption(parser):
                     help="deselect cases whose B*T*HV*K*V (the recurrence's work) exceeds this; "
                          "default 1e8 on cpu (FLA's GPU-sized cases, e.g. T=8192 with 96 heads, would "
                          "take hours in FLA's naive CPU references), unlimited on cuda")
+    group.addoption("--linattn-fla-only", choices=("run", "deselect"), default=None,
+                    help="tests in which nothing is substituted (FLA's vendor backends, gates, "
+                         "parallel_simple_gla, internal kernels: they test FLA alone): run them, or "
+                         "deselect them; default deselect on cuda (there they only cost FLA's Triton "
+                         "compiles: test_gdn's test_prepare_wy_repr_bwd_no_g alone outlasted a "
+                         "7-minute device call), run on cpu")
 
 
 def _point_fla_at(device: str) -> None:
@@ -298,19 +304,29 @@ def _work(params: dict):
 _deselected: dict[str, int] = defaultdict(int)
 
 
+_fla_only: dict[str, int] = defaultdict(int)
+
+
 def pytest_collection_modifyitems(session, config, items):
+    device = config.getoption("--linattn-device")
+    fla_only = config.getoption("--linattn-fla-only") or ("deselect" if device == "cuda" else "run")
     limit = config.getoption("--linattn-max-work")
     if limit is None:
-        limit = 1e8 if config.getoption("--linattn-device") == "cpu" else 0
-    if not limit:
-        return
+        limit = 1e8 if device == "cpu" else 0
     keep, drop = [], []
     for item in items:
+        name = item.originalname if hasattr(item, "originalname") else item.name
+        if fla_only == "deselect" and not _kinds_under_test(name):
+            _fla_only[item.nodeid.split("::")[0]] += 1
+            drop.append(item)
+            continue
         callspec = getattr(item, "callspec", None)
-        work = _work(callspec.params) if callspec is not None else None
-        (drop if work is not None and work > limit else keep).append(item)
-    for item in drop:
-        _deselected[item.nodeid.split("::")[0]] += 1
+        work = _work(callspec.params) if callspec is not None and limit else None
+        if work is not None and work > limit:
+            _deselected[item.nodeid.split("::")[0]] += 1
+            drop.append(item)
+        else:
+            keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -335,9 +351,12 @@ def summarize() -> dict:
         d["linattn_calls"] += _calls.get(nodeid, 0)
     for f, n in _deselected.items():
         per_file.setdefault(f, {**{o: 0 for o in OUTCOMES}, "linattn_calls": 0})["too-large"] = n
+    for f, n in _fla_only.items():
+        per_file.setdefault(f, {**{o: 0 for o in OUTCOMES}, "linattn_calls": 0})["fla-only"] = n
     for d in per_file.values():
         d.setdefault("too-large", 0)
-    total = {**{o: 0 for o in OUTCOMES}, "too-large": 0, "linattn_calls": 0}
+        d.setdefault("fla-only", 0)
+    total = {**{o: 0 for o in OUTCOMES}, "too-large": 0, "fla-only": 0, "linattn_calls": 0}
     for d in per_file.values():
         for key in total:
             total[key] += d[key]
@@ -359,8 +378,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
     tr.section("linattn in FLA's tests")
     cols = ("passed", "failed", "refused", "unrunnable", "skipped", "passed-no-linattn", "too-large",
-            "linattn_calls")
-    short = ("pass", "fail", "refused", "unrunnable", "skip", "pass-no-linattn", "too-large", "calls")
+            "fla-only", "linattn_calls")
+    short = ("pass", "fail", "refused", "unrunnable", "skip", "pass-no-linattn", "too-large", "fla-only",
+             "calls")
     tr.write_line(f"{'file':24s} " + " ".join(f"{c:>10s}" for c in short))
     for f, d in sorted(report["per_file"].items()):
         tr.write_line(f"{f:24s} " + " ".join(f"{d[c]:>10d}" for c in cols))

@@ -57,7 +57,7 @@ if [ -d "$root/.device/fla-compat/site" ]; then
   # deselected on CUDA), bundled by scripts/make_device_bundle.sh (tests/fla_compat/README.md)
   fla_tests="$root/.device/fla-compat/fla-tests-local/tests"
   [ -d "$fla_tests" ] || fla_tests="$root/.device/fla-compat/fla-tests-v0.6.0/tests"
-  for f in ${FLA_FILES:-test_kda test_gdn test_gla test_simple_gla}; do
+  for f in ${FLA_FILES-test_kda test_gdn test_gla test_simple_gla}; do  # FLA_FILES= : none
     step "FLA's $f against linattn (cuda)"
     timeout "${FLA_SECONDS:-240}" python3 tests/fla_compat/run_fla_tests.py --device cuda --work "$root/.device/fla-compat" \
       --fla-tests "$fla_tests" --files "ops/$f.py" --report "$out/fla_compat_$f.json" >"$out/fla_compat_$f.log" 2>&1 || status=1

@@ -536,8 +536,11 @@ def _run_padded(family: int, q, k, v, **kw):
     v_first = kw.get("state_v_first", False)
     k_axis, v_axis = (-1, -2) if v_first else (-2, -1)
     g, dt_bias, h0 = kw.get("g"), kw.get("dt_bias"), kw.get("initial_state")
-    if h0 is not None and not (_is4(h0) and h0.shape[k_axis] == K and h0.shape[v_axis] == V):
-        return run_forward(family, q, k, v, **kw)  # its validation explains the shape
+    # Shapes that do not fit together go unpadded, so that validation names the caller's sizes.
+    if (k.shape != q.shape or v.shape[:2] != q.shape[:2]
+            or (_is4(g) and g.shape[-1] != K)
+            or (h0 is not None and not (_is4(h0) and h0.shape[k_axis] == K and h0.shape[v_axis] == V))):
+        return run_forward(family, q, k, v, **kw)
     Kp = next(n for n in CUDA_HEAD_SIZES if n >= K)
     Vp = next(n for n in CUDA_HEAD_SIZES if n >= V)
     pk, pv = Kp - K, Vp - V

@@ -72,3 +72,19 @@ def test_padding_is_not_applied_where_the_kernels_take_the_size(monkeypatch):
             o, _ = call("gla", t, opts)
         assert o.shape[-1] == V
         assert seen[-1] == want
+
+
+@pytest.mark.parametrize("what", ["g", "v", "initial_state"])
+def test_bad_shapes_are_reported_in_the_callers_sizes(what, monkeypatch):
+    # shapes that do not fit together are not padded: the error names K = 60, not the padded 64
+    monkeypatch.setattr(_torch_ops, "_needs_padding", lambda _t: True)
+    t, opts = make_inputs("gla", K=60, V=100, T=8, B=1)
+    if what == "g":
+        t["g"] = t["g"][..., :59]
+    elif what == "v":
+        t["v"] = t["v"][:, :7]
+    else:
+        t["initial_state"] = t["initial_state"][..., :99]
+    with pytest.raises(ValueError) as e:
+        call("gla", t, opts)
+    assert "64" not in str(e.value) and "128" not in str(e.value), str(e.value)

@@ -284,3 +284,35 @@ def test_no_delta_vs_fla(family, kw):
         pytest.skip(f"FLA backward of {family} does not run here: {type(e).__name__}: {e}")
     for n, x in tc.items():
         assert rel_err(x.grad, fc[n].grad) <= 2e-2, f"d{n} linattn vs FLA: {rel_err(x.grad, fc[n].grad):.3e}"
+
+
+PADDED_CASES = [
+    ("kda", {"K": 60, "V": 100, "use_qk_l2norm_in_kernel": True}, torch.bfloat16),
+    ("kda", {"K": 100, "V": 64, "use_gate_in_kernel": True, "lower_bound": -5.0, "safe_gate": True}, torch.bfloat16),
+    ("gdn", {"K": 32, "V": 48, "cu_seqlens": [0, 1, 1, 130, 201]}, torch.float16),
+    ("gla", {"K": 60, "V": 60, "state_v_first": True}, torch.bfloat16),
+    ("simple_gla", {"K": 100, "V": 100, "g_gamma": True}, torch.float32),
+]
+
+
+@pytest.mark.parametrize("family,kw,dtype", PADDED_CASES)
+def test_head_sizes_the_kernels_lack_run_padded(family, kw, dtype):
+    """K / V outside {64, 128, 256} (FLA's tests use 60 and 100) run zero-padded (Python), forward
+    and every gradient within SPEC against float64, outputs of the caller's sizes."""
+    t, opts = make_inputs(family, B=2, T=200, H=2, dtype=dtype, **kw)
+    tc = {n: (x.cuda() if n == "cu_seqlens" else x.cuda().requires_grad_()) for n, x in t.items()}
+    extra = {"cu_seqlens_cpu": t["cu_seqlens"]} if "cu_seqlens" in t else {}
+    o, ht = _call(family, tc, opts, output_final_state=True, **extra)
+    assert o.shape == t["v"].shape[:3] + (t["v"].shape[-1],) and o.is_contiguous()
+    do = torch.randn_like(o)
+    dht = torch.randn_like(ht)
+    torch.autograd.backward([o, ht], [do, dht])
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ro, rht, _ = reference.forward(family, t["q"], t["k"], t["v"], output_final_state=True, **ref_kw, **opts)
+    assert_close("o", o, ro, dtype)
+    assert_close("final_state", ht, rht, dtype)
+    rg = reference.backward(family, t["q"], t["k"], t["v"], do.cpu(), dht=dht.cpu(), **ref_kw, **opts)
+    for n, x in tc.items():
+        if n == "cu_seqlens":
+            continue
+        assert_close("d" + n, x.grad, rg[GRAD_OF[n]], dtype)

@@ -91,22 +91,37 @@ def test_backend_can_be_disabled(monkeypatch):
     assert lfla.LinattnBackend().is_enabled()
 
 
+LAYERS = [
+    ("KimiDeltaAttention", dict(hidden_size=256, head_dim=64, num_heads=4), "chunk_kda"),
+    # GVA (8 value heads over 4 key heads) and V = 2 K, as GatedDeltaNet's defaults shape it
+    ("GatedDeltaNet", dict(hidden_size=256, head_dim=64, num_heads=4, num_v_heads=8, expand_v=2),
+     "chunk_gated_delta_rule"),
+]
+
+
 @pytest.mark.skipif(DEVICE != "cuda" or not torch.cuda.is_available(),
                     reason="FLA's layers need Triton kernels (short convolution, gated norm) that run on GPUs only")
-def test_fla_kda_layer_runs_on_linattn(monkeypatch):
+@pytest.mark.parametrize("name,kw,op", LAYERS, ids=[x[0] for x in LAYERS])
+def test_fla_layer_runs_on_linattn(name, kw, op, monkeypatch):
     layers = pytest.importorskip("fla.layers")
     torch.manual_seed(0)
-    layer = layers.KimiDeltaAttention(hidden_size=256, head_dim=64, num_heads=4).to("cuda", torch.bfloat16)
+    layer = getattr(layers, name)(**kw).to("cuda", torch.bfloat16)
     x = torch.randn(2, 192, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    before = lfla.calls["chunk_kda"]
+    before = lfla.calls[op]
     y = layer(x)[0]
     y.float().square().mean().backward()
-    assert lfla.calls["chunk_kda"] == before + 1
+    assert lfla.calls[op] == before + 1
     gx = x.grad.clone()
     x.grad = None
     monkeypatch.setenv("FLA_LINATTN", "0")  # FLA's own kernels
     y_fla = layer(x)[0]
-    y_fla.float().square().mean().backward()
-    assert lfla.calls["chunk_kda"] == before + 1
     rel = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()  # noqa: E731
-    assert rel(y, y_fla) < 1e-2 and rel(gx, x.grad) < 2e-2
+    assert lfla.calls[op] == before + 1
+    assert rel(y, y_fla) < 1e-2
+    try:
+        y_fla.float().square().mean().backward()
+    except RuntimeError as e:  # FLA 0.6 refuses its gated backward on Hopper with Triton < 3.7.1
+        if "Triton" not in str(e):
+            raise
+        pytest.skip(f"forward compared; FLA's own backward refuses here: {str(e)[:120]}")
+    assert rel(gx, x.grad) < 2e-2

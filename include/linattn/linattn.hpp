@@ -142,7 +142,8 @@ struct Options {
 //   initial_state [N, HV, K, V] float32 ([N, HV, V, K] with state_v_first)
 //   cu_seqlens    [N + 1] int32/int64 on the compute device; for CUDA also cu_seqlens_host
 //                 (the same values in host memory: validation and chunk indexing read it,
-//                 so no call synchronises with the device). The two must hold equal values.
+//                 so no call synchronises with the device). The two must hold equal values;
+//                 on CUDA forward / backward read only the host copy (it defines the sequences).
 struct ForwardInputs {
   TensorView q, k, v;
   TensorView g;

@@ -87,13 +87,12 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   const int dt = dtype_code(p.dtype);
 
-  // chunk and sequence maps, built on the device (no host copy: no stream sync, graph-capturable)
+  // chunk and sequence maps from the validated host offsets, passed as kernel parameters (no
+  // stream sync, graph-capturable; the device cu_seqlens is not read: chunk_map.hpp)
   {
     kern::MapParams mp{};
-    mp.cu = p.varlen ? in.cu_seqlens.data : nullptr;
-    mp.cu_int64 = p.varlen && in.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
+    mp.cu = p.cu.data();
     mp.N = static_cast<int>(p.N);
-    mp.T = static_cast<int>(p.T);
     mp.num_chunks = static_cast<int>(p.num_chunks);
     mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + lay.seqs);
     mp.chunks = reinterpret_cast<kern::ChunkInfo*>(base + lay.chunks);

@@ -5,8 +5,8 @@
 //   - refused before any device work, every output left as it was (bytewise): a misaligned tensor,
 //     an output aliasing an input, a short / null / misaligned workspace, a workspace overlapping
 //     an input, a workspace on another device, a scale outside float32's range;
-//   - a device cu_seqlens that disagrees with its host copy: no kernel leaves its buffers
-//     (forward and backward);
+//   - a device cu_seqlens that disagrees with its host copy: not read by the chunked path, the
+//     outputs and gradients bitwise those of the consistent call (forward and backward);
 //   - gates of -inf (a full forget), huge finite negative gates and an overflowing exp(A_log):
 //     finite outputs and gradients within SPEC of the float64 reference.
 #include <cuda_runtime.h>
@@ -292,25 +292,50 @@ TEST(CudaBadInput, SmallScaleOutsideFloat32) {
   p.expect_outputs_untouched("forward");
 }
 
-// The device cu_seqlens is read without a sync; the host copy sizes the launch. Device values that
-// disagree (more chunks than the host's, a decreasing entry, an end past T) may give wrong
-// numbers but must never make a kernel leave its buffers: memcheck (gpu_sanitize.sh) is the oracle.
+// On CUDA the host copy of cu_seqlens defines the sequences (chunk_map.hpp): the chunked forward
+// and backward do not read the device copy, which cannot be checked without a sync. A device copy
+// that disagrees (another split, more chunks, a decreasing or negative entry, an end past T) must
+// give bitwise the outputs and gradients of the call whose device copy equals the host copy (no
+// atomics: the kernels are bitwise reproducible). The outputs are refilled with the sentinel and
+// the workspaces allocated afresh before each call; initcheck and memcheck (gpu_sanitize.sh) watch
+// for reads of unwritten or foreign memory.
 TEST(CudaBadInput, SmallDeviceCuSeqlensDisagreesWithHostCopy) {
   SKIP_WITHOUT_GPU();
   for (Family f : kFamilies) {
-    for (const std::vector<int32_t>& dev_cu :
-         {std::vector<int32_t>{0, 130, 260}, std::vector<int32_t>{0, 150, 20}, std::vector<int32_t>{0, -64, 200},
-          std::vector<int32_t>{0, 100, 1 << 30}}) {
-      Problem p(f, DType::kBFloat16, {0, 100, 200});
-      p.build();
-      ASSERT_EQ(cudaMemcpy(p.fin.cu_seqlens.data, dev_cu.data(), dev_cu.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    SCOPED_TRACE(family_name(f));
+    Problem p(f, DType::kBFloat16, {0, 100, 200});
+    p.build();
+    // forward then backward, each on a fresh (never written: initcheck's view) workspace; every
+    // output's bytes
+    auto run = [&](const std::string& what) {
+      std::vector<std::vector<unsigned char>> got;
       DevBuf ws(p.fwd_ws());
-      const Status s = p.forward({ws.p, ws.n});
-      EXPECT_TRUE(s.ok() || s.code == StatusCode::kInvalidArgument) << s.message;
       DevBuf bws(p.bwd_ws());
-      const Status sb = p.backward({bws.p, bws.n});
-      EXPECT_TRUE(sb.ok() || sb.code == StatusCode::kInvalidArgument || sb.code == StatusCode::kNotSupported) << sb.message;
-      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+      for (const auto& [name, t] : p.outputs)
+        EXPECT_EQ(cudaMemset(t.data, kSentinel, static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype)), cudaSuccess);
+      Status s = p.forward({ws.p, ws.n});
+      EXPECT_TRUE(s.ok()) << what << ", forward: " << s.message;
+      s = p.backward({bws.p, bws.n});
+      EXPECT_TRUE(s.ok()) << what << ", backward: " << s.message;
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+      for (const auto& [name, t] : p.outputs)
+        got.push_back(read_back(t.data, static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype)));
+      return got;
+    };
+    const std::vector<std::vector<unsigned char>> want = run("device copy equal to the host copy");
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_FALSE(all_sentinel(p.outputs[i].second.data, want[i].size())) << p.outputs[i].first << " not written";
+    }
+    for (const std::vector<int32_t>& dev_cu :
+         {std::vector<int32_t>{0, 64, 200}, std::vector<int32_t>{0, 130, 260}, std::vector<int32_t>{0, 150, 20},
+          std::vector<int32_t>{0, -64, 200}, std::vector<int32_t>{0, 100, 1 << 30}}) {
+      const std::string what = "device cu_seqlens {" + std::to_string(dev_cu[0]) + ", " + std::to_string(dev_cu[1]) +
+                               ", " + std::to_string(dev_cu[2]) + "}, host {0, 100, 200}";
+      ASSERT_EQ(cudaMemcpy(p.fin.cu_seqlens.data, dev_cu.data(), dev_cu.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const std::vector<std::vector<unsigned char>> got = run(what);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        EXPECT_TRUE(got[i] == want[i]) << what << ": " << p.outputs[i].first << " differs from the consistent call's";
     }
   }
 }

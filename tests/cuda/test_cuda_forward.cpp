@@ -282,8 +282,8 @@ TEST(CudaForward, SmallDeterministic) {
   }
 }
 
-// Graph capture: no host sync or allocation inside the call (the chunk maps are built on the
-// device), and the captured graph gives the eager result bit for bit.
+// Graph capture: no host sync or allocation inside the call (the chunk maps come from the host
+// copy as kernel parameters), and the captured graph gives the eager result bit for bit.
 TEST(CudaForward, SmallGraphCapture) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN})
@@ -307,9 +307,9 @@ TEST(CudaForward, SmallGraphCapture) {
     }
 }
 
-// cu_seqlens on the device is read without a sync; the host copy sizes the call. A device copy
+// The host copy of cu_seqlens defines the sequences; the forward does not read the device copy. One
 // that disagrees (here: lengths that would need more chunks than the host's, and a decreasing
-// entry) must not make any kernel leave its buffers (memcheck runs the Small tests).
+// entry) gives bitwise the consistent call's result (memcheck runs the Small tests).
 TEST(CudaForward, SmallVarlenMismatchedCopies) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN}) {
@@ -319,6 +319,8 @@ TEST(CudaForward, SmallVarlenMismatchedCopies) {
     c.T = 200;
     c.final_state = true;
     const Inputs x = make_inputs(c, /*backward=*/false);
+    FwdResult want;
+    ASSERT_TRUE(run_cuda(c, x, &want).ok());
     for (const std::vector<int32_t>& dev_cu : {std::vector<int32_t>{0, 130, 260}, std::vector<int32_t>{0, 150, 20}}) {
       std::vector<DevBuf> keep;
       ForwardInputs in = forward_views(x, true, keep);
@@ -336,6 +338,10 @@ TEST(CudaForward, SmallVarlenMismatchedCopies) {
       const Status s = forward(c.fam, in, out, make_options(c), Workspace{ws.p, ws_bytes}, nullptr);
       EXPECT_TRUE(s.ok()) << s.message;
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      download(out.o, o);
+      download(out.final_state, ht);
+      EXPECT_EQ(o.bytes, want.o.bytes) << family_name(fam) << " device cu_seqlens {0, " << dev_cu[1] << ", " << dev_cu[2] << "}";
+      EXPECT_EQ(ht.bytes, want.ht.bytes) << family_name(fam) << " device cu_seqlens {0, " << dev_cu[1] << ", " << dev_cu[2] << "}";
     }
   }
 }

@@ -551,14 +551,12 @@ GateArgs gate_args(const detail::Problem& p, const ForwardInputs& f) {
   return ga;
 }
 
-cudaError_t build_maps(const detail::Problem& p, const ForwardInputs& f, unsigned char* seqs,
-                       unsigned char* chunks, cudaStream_t st) {
+// From the validated host offsets p.cu; the device cu_seqlens is not read (chunk_map.hpp).
+cudaError_t build_maps(const detail::Problem& p, unsigned char* seqs, unsigned char* chunks, cudaStream_t st) {
   kern::MapParams mp{};
-  mp.cu = p.varlen ? f.cu_seqlens.data : nullptr;
-  mp.cu_int64 = p.varlen && f.cu_seqlens.dtype == DType::kInt64 ? 1 : 0;
+  mp.cu = p.cu.data();
   mp.N = static_cast<int>(p.N);
-  mp.T = static_cast<int>(p.T);
-  mp.num_chunks = static_cast<int>(p.num_chunks);  // bounds the sequence map too (see chunk_map.cu)
+  mp.num_chunks = static_cast<int>(p.num_chunks);
   mp.seqs = reinterpret_cast<kern::SeqInfo*>(seqs);
   mp.chunks = reinterpret_cast<kern::ChunkInfo*>(chunks);
   return kern::launch_chunk_maps(mp, st);
@@ -715,7 +713,7 @@ Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, cons
   const Plan pl(p);
   NS = pl.NS;
   KG = pl.KG;
-  if ((e = build_maps(p, f, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
+  if ((e = build_maps(p, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
   float* qn = reinterpret_cast<float*>(base + pl.qn);
   float* kn = reinterpret_cast<float*>(base + pl.kn);
   float* ev = reinterpret_cast<float*>(base + pl.e);
@@ -791,7 +789,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   int& KG = parts->KG;  // NS stays 1: no V splits
   const ChunkPlan pl(p, compute, from_saved);
   KG = pl.KG;
-  if ((e = build_maps(p, f, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+  if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
     return cuda_error("chunk map launch", e);
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
@@ -1097,7 +1095,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   unsigned char* sv = static_cast<unsigned char*>(out.saved.data);
 
-  if ((e = build_maps(p, in, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
+  if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
     return cuda_error("chunk map launch", e);
   const void* q_in = in.q.data;
   const void* k_in = in.k.data;

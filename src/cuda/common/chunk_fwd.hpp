@@ -35,19 +35,9 @@
 
 #include <cuda_runtime.h>
 
-namespace linattn::cuda::kern {
+#include "cuda/common/chunk_map_host.hpp"  // ChunkInfo, SeqInfo
 
-// Chunk map entries (device, from the workspace).
-struct ChunkInfo {
-  int32_t t0;   // first flat token of the chunk
-  int32_t len;  // valid tokens (1..64)
-};
-struct SeqInfo {
-  int32_t t0;      // first flat token
-  int32_t len;     // tokens
-  int32_t chunk0;  // first global chunk index
-  int32_t pad;
-};
+namespace linattn::cuda::kern {
 
 struct PrepParams {
   const void *q, *k, *v, *g, *beta, *A_log, *dt_bias;

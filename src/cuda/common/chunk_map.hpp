@@ -1,30 +1,33 @@
-// Chunk and sequence maps of a call, built on the device from cu_seqlens (or from B, T).
+// Chunk and sequence maps of a call, built from the validated HOST offsets (Problem::cu).
 //
-// Why on the device: copying host-built maps with cudaMemcpyAsync from pageable memory makes the
-// stream wait for its earlier work (a host sync per call) and cannot be captured in a CUDA graph.
-// Two small kernels instead: a one-CTA scan of the per-sequence chunk counts (SeqInfo), then one
-// thread per chunk finding its sequence by binary search over the chunk offsets (ChunkInfo).
+// The device cu_seqlens is not read: the host copy sized every buffer and grid, so the maps must
+// come from it too, or a device copy that disagrees (undetectable without a sync) would break the
+// maps' partition of the tokens (issue 19: unwritten workspace rows read by the backward).
+// Why by-value kernel parameters: copying host-built maps with cudaMemcpyAsync from pageable
+// memory makes the stream wait for its earlier work (a host sync per call) and cannot be captured
+// in a CUDA graph; parameters are copied at enqueue (and into a captured graph's node). Kernels:
+// seq_map_kernel writes SeqInfo from a parameter block (chunk_map_host.hpp: one launch for
+// N <= 128, else one per 1536 sequences), then chunk_map_kernel, one thread per chunk, finds its
+// sequence by binary search over the chunk offsets (ChunkInfo).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
-#include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/chunk_map_host.hpp"
 
 namespace linattn::cuda::kern {
 
 struct MapParams {
-  const void* cu;  // device cu_seqlens [N + 1] (int32 or int64), or null for fixed length
-  int cu_int64;    // 1: cu is int64
-  int N;           // sequences (fixed length: B)
-  int T;           // fixed length: tokens per sequence; with cu: all tokens (bounds cu's values)
-  int num_chunks;  // total chunks (host-computed from the validated host copy; bounds the maps)
-  SeqInfo* seqs;   // out [N]
-  ChunkInfo* chunks;  // out [num_chunks], or null: the sequence map only
+  const int64_t* cu;  // host: validated offsets [N + 1] (Problem::cu; fixed length: n * T)
+  int N;              // sequences
+  int num_chunks;     // total chunks (what cu gives)
+  SeqInfo* seqs;      // device out [N]
+  ChunkInfo* chunks;  // device out [num_chunks], or null: the sequence map only
 };
 
-// Enqueues the map kernels on s. No host synchronisation.
+// Enqueues the map kernels on s. No host synchronisation; cu is read before this returns.
 cudaError_t launch_chunk_maps(const MapParams& p, cudaStream_t s);
 
 }  // namespace linattn::cuda::kern

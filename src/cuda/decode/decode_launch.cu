@@ -6,7 +6,7 @@
 
 #include "common/decode.hpp"
 #include "cuda/common/host_util.hpp"
-#include "cuda/decode/decode_dispatch.cuh"
+#include "cuda/decode/recurrent_decode.cuh"
 
 namespace linattn::cuda {
 
@@ -93,18 +93,15 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   // every tile whole and every piece an aligned vector: the kernel without masks
   const bool fast = pr.K == kb && pr.V % recurrent::kTileV == 0 && (!d.has_state || p.vec_state) && p.vec_o &&
                     (!d.has_final || p.vec_final);
-  // the warp-tile kernel reads q, k and a vector gate as 16-byte runs of rows and moves the
-  // state in 16-byte pieces
-  const bool warp = fast && !vf && aligned(p.q, 16) && aligned(p.k, 16) &&
-                    (!pr.has_g || !pr.vector_gate || aligned(p.g, 16)) &&
-                    (!d.has_state || (aligned(p.state, 16) && d.state_stride % 8 == 0)) &&
-                    (!d.has_final || aligned(p.final_state, 16));
-  const recurrent::Launch l{st_bf16 ? 1 : 0, vf, fast, warp, kb};
+  // a bfloat16 pool moves half a float32 pool's bytes for the same per-tile work: 64-column tiles
+  // (16-byte pieces of 8), where the pool's pieces are 16-byte aligned
+  const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
+                    d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16));
   cudaError_t e;
   switch (pr.dtype) {
-    case DType::kFloat16: e = recurrent::launch_fp16(p, l, st); break;
-    case DType::kBFloat16: e = recurrent::launch_bf16(p, l, st); break;
-    default: e = recurrent::launch_fp32(p, l, st); break;
+    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, wide, st); break;
+    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, wide, st); break;
+    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, wide, st); break;
   }
   if (e != cudaSuccess) return cuda_error("recurrent decode launch", e);
   return Status::Ok();

@@ -26,7 +26,7 @@
 namespace linattn::cuda::recurrent {
 
 constexpr int kThreads = 128;
-constexpr int kTileV = 32;  // V columns a CTA
+constexpr int kTileV = 32;  // V columns a CTA: 32, or 64 for the wide bfloat16-pool form (CW = 8)
 
 // Every pointer and size the kernel reads; built once by the launcher (decode_launch.cu).
 struct Params {
@@ -199,11 +199,14 @@ __device__ __forceinline__ float group_sum(float x) {
 //   pass 2  u = beta (v - a), o = b + (q.k) u, S = S' + k u^T, written back / stored
 // Fast: every tile whole and every 4-wide piece an aligned vector (K = KB, V a multiple of 32,
 // aligned tensors: the common 64/128/256 head sizes), so the masks and their branches compile away.
-// The [K, V] layout's fast path runs the warp-tile kernel (recurrent_decode_warp.cuh) instead.
-template <typename IO, typename ST, bool VFirst, int KB, bool Fast>
-__global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_kernel(const Params p) {
+//
+// CW: columns of a thread's piece in the [K, V] layout, 4 (16 bytes of float32, 8 of bfloat16) or,
+// for a bfloat16 pool on the fast path, 8 (16 bytes): a 64-column tile, so the per-tile work
+// (slot, staging, gates, reductions) is amortised over as many pool bytes as a float32 tile's.
+template <typename IO, typename ST, bool VFirst, int KB, bool Fast, int CW = 4>
+__global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) recurrent_decode_kernel(const Params p) {
+  static_assert(CW == 4 || (CW == 8 && Fast && !VFirst && sizeof(ST) == 2), "wide pieces: bf16 pool, [K, V], fast path");
   constexpr int kWarps = kThreads / 32;
-  constexpr int CW = 4;        // columns of a thread's piece in the [K, V] layout
   constexpr int TV = 8 * CW;   // the tile's V columns
   constexpr int NQ = CW / 4;   // float4s of a piece
   constexpr int kRowsPerThread = KB / kThreads;  // staging: rows a thread (0 means 1, r < KB)
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
   };
 
   // ---- the state into shared memory (its loads overlap the first token's staging)
-  {
+  if constexpr (CW == 4) {
     const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
     float4 x[NP];
 #pragma unroll
@@ -348,6 +351,18 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
     }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) sS[pi][tid] = x[pi];
+  } else {  // 8 bfloat16 a piece: one 16-byte load each, widened on the way into shared memory
+    const ST* src = static_cast<const ST*>(p.state) + rslot * p.state_stride + hv * KV;
+    uint4 x[NP];
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi)
+      x[pi] = p.has_state ? *reinterpret_cast<const uint4*>(src + piece_off(pi)) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi) {
+      const ST* e = reinterpret_cast<const ST*>(&x[pi]);
+      sS[2 * pi][tid] = make_float4(to_f(e[0]), to_f(e[1]), to_f(e[2]), to_f(e[3]));
+      sS[2 * pi + 1][tid] = make_float4(to_f(e[4]), to_f(e[5]), to_f(e[6]), to_f(e[7]));
+    }
   }
 
   for (long long t = 0; t < len; ++t) {
@@ -410,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       to_pool = false;
       dst_off = static_cast<long long>(n) * p.HV * KV + hv * KV;
     }
-    auto emit = [&](int pi, const float4& x) {  // the new state's piece pi
+    auto emit = [&](int pi, const float4& x) {  // the new state's piece pi (CW = 4)
       if (!last) sS[pi][tid] = x;
       if (to_global) {
         const int nv = piece_nv(pi);
@@ -419,6 +434,25 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
           st4(static_cast<ST*>(p.state) + dst_off + piece_off(pi), x, Fast || p.vec_state, nv);
         } else {
           st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), x, Fast || p.vec_final, nv);
+        }
+      }
+    };
+
+    auto emit8 = [&](int pi, const float* x) {  // the new state's piece pi (CW = 8: bfloat16 pool)
+      if (!last) {
+        sS[2 * pi][tid] = make_float4(x[0], x[1], x[2], x[3]);
+        sS[2 * pi + 1][tid] = make_float4(x[4], x[5], x[6], x[7]);
+      }
+      if (to_global) {
+        if (to_pool) {
+          uint4 raw;
+          ST* e = reinterpret_cast<ST*>(&raw);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) e[j] = from_f<ST>(x[j]);
+          *reinterpret_cast<uint4*>(static_cast<ST*>(p.state) + dst_off + piece_off(pi)) = raw;
+        } else {
+          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi), make_float4(x[0], x[1], x[2], x[3]), true, 4);
+          st4_any(p.final_state, p.final_dt, dst_off + piece_off(pi) + 4, make_float4(x[4], x[5], x[6], x[7]), true, 4);
         }
       }
     };
@@ -498,10 +532,21 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         const float kn = kr[i] * rk;
-        float4 x = sS[i][tid];
+        if constexpr (CW == 4) {
+          float4 x = sS[i][tid];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * u[j];
-        emit(i, x);
+          for (int j = 0; j < 4; ++j) f4(x, j) = f4(x, j) * er[i] + kn * u[j];
+          emit(i, x);
+        } else {
+          float x[CW];
+#pragma unroll
+          for (int h4 = 0; h4 < NQ; ++h4) {
+            const float4 y = sS[i * NQ + h4][tid];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) x[4 * h4 + j] = f4(y, j) * er[i] + kn * u[4 * h4 + j];
+          }
+          emit8(i, x);
+        }
       }
     } else {
       // ---- [V, K]: a row's LK lanes hold all of K: every reduction is a shuffle, no barrier
@@ -546,6 +591,49 @@ __global__ void __launch_bounds__(kThreads, KB <= 128 ? 8 : 4) recurrent_decode_
       }
     }
   }
+}
+
+// Launches the kernel for IO element type `io` (instantiated one dtype per translation unit).
+// wide: the 64-column form (bfloat16 pool, [K, V], fast path, 16-byte aligned pool pieces).
+cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+
+template <typename IO>
+cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream) {
+  const int tv = wide ? 2 * kTileV : kTileV;
+  const long long blocks = static_cast<long long>(p.N) * p.HV * ((p.V + tv - 1) / tv);
+  auto go = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  };
+  if (wide) {
+    switch (kb) {
+      case 64: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 64, true, 8>);
+      case 128: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 128, true, 8>);
+      default: return go(recurrent_decode_kernel<IO, __nv_bfloat16, false, 256, true, 8>);
+    }
+  }
+#define LINATTN_DECODE_KB(ST, VF, F)                                                      \
+  switch (kb) {                                                                           \
+    case 64: return go(recurrent_decode_kernel<IO, ST, VF, 64, F>);                       \
+    case 128: return go(recurrent_decode_kernel<IO, ST, VF, 128, F>);                     \
+    default: return go(recurrent_decode_kernel<IO, ST, VF, 256, F>);                      \
+  }
+#define LINATTN_DECODE_FAST(ST, VF) \
+  if (fast) {                       \
+    LINATTN_DECODE_KB(ST, VF, true) \
+  } else {                          \
+    LINATTN_DECODE_KB(ST, VF, false) \
+  }
+  if (st_bf16) {
+    if (v_first) { LINATTN_DECODE_FAST(__nv_bfloat16, true) } else { LINATTN_DECODE_FAST(__nv_bfloat16, false) }
+  } else {
+    if (v_first) { LINATTN_DECODE_FAST(float, true) } else { LINATTN_DECODE_FAST(float, false) }
+  }
+#undef LINATTN_DECODE_FAST
+#undef LINATTN_DECODE_KB
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace linattn::cuda::recurrent

@@ -333,7 +333,7 @@ inline std::vector<DecodeConfig> decode_configs() {
     }
   }
   // One token per sequence at a fixed length in the [K, V] layout: what the streaming kernel
-  // (src/cuda/decode/stream_decode.cuh) runs on Hopper. Every pool dtype and head size, the
+  // (the fast path of src/cuda/decode/recurrent_decode.cuh) runs. Every pool dtype and head size, the
   // three destinations (in place, a final_state of the pool's dtype, not kept), indices with
   // padding or none, each gate and beta form, GVA, several V tiles.
   {

@@ -35,7 +35,7 @@ struct WsLayout {
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
     W = o; o = align_up(o + (p.delta ? nb * kC * p.K * es : 0));
-    U = o; o = align_up(o + nb * kC * p.V * es);
+    U = o; o = align_up(o + (config::reads_v_rows(p) ? 0 : nb * kC * p.V * es));
     Qg = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
     KgT = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
     Aqk = o; o = align_up(o + nb * kC * kC * es);
@@ -107,7 +107,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     const config::PrepSmem smem = config::prep_smem(dt, pp.K, p.vector_gate);
     pp.q_in_smem = smem.q_in_smem;
     pp.W = p.delta ? base + lay.W : nullptr;
-    pp.U = base + lay.U;
+    pp.U = config::reads_v_rows(p) ? nullptr : base + lay.U;
     if (raw_rows(p)) {
       pp.rowfac = reinterpret_cast<float*>(base + lay.rowfac);
     } else {
@@ -124,7 +124,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   if (p.N > 0) {
     kern::StateParams sp{};
     sp.W = p.delta ? base + lay.W : nullptr;
-    sp.U = base + lay.U;
+    sp.U = config::reads_v_rows(p) ? nullptr : base + lay.U;
+    sp.v_raw = config::reads_v_rows(p) ? in.v.data : nullptr;
     sp.delta = p.delta ? 1 : 0;
     if (raw_rows(p)) {
       sp.q_raw = in.q.data;
@@ -158,6 +159,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.fused_vt = ft.vt;
     sp.stages = ft.stages;
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
+    if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
+      return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
     e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
   }

@@ -130,7 +130,15 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
     }
     tile_copy<T, kC, kC, kThreads>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, tid);
-    tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
+    if (!DELTA && p.v_raw) {  // V_new = V from the token-major rows; rows past the chunk's end zero, as U's
+      const int64_t vs = static_cast<int64_t>(HV) * V;
+      tile_copy<T, kC, VT, kThreads, true>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu,
+                                           static_cast<const T*>(p.v_raw) + static_cast<int64_t>(si.t0 + ci * kC) * vs +
+                                               static_cast<int64_t>(hv) * V + v0,
+                                           vs, tid, min(kC, si.len - ci * kC));
+    } else {
+      tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
+    }
     tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
     cp_commit();
   };

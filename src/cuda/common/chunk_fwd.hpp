@@ -123,6 +123,10 @@ struct StateParams {
   const void* k_raw = nullptr;
   const float* rowfac = nullptr;
   int H = 0, G = 1;
+  // Without the delta rule (delta = 0), warp-owned pass (fused_warp_applies): V_new = V read straight
+  // from the token-major v rows ([tokens][HV][V]) instead of U, so chunk_prep writes no U (its copy
+  // of V) and the workspace holds none (config::reads_v_rows). Null: U.
+  const void* v_raw = nullptr;
 };
 
 // dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.

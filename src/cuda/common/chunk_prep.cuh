@@ -645,8 +645,10 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     }
     }
   }
-  // No delta rule: no inverse, no W; U = V (rows past the chunk's end zero, as the delta rule's U).
+  // No delta rule: no inverse, no W; U = V (rows past the chunk's end zero, as the delta rule's U),
+  // unless the state pass reads the v rows itself (U null: StateParams::v_raw).
   if constexpr (!DELTA) {
+    if (p.U == nullptr) return;
     const int lvp = 31 - __clz(vpieces);
     T* Uout = static_cast<T*>(p.U) + blk * kC * V;
     for (int e = tid; e < kC * vpieces; e += kPrepThreads) {

@@ -14,6 +14,9 @@ std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 namespace linattn::cuda::config {
 
 bool raw_rows(const detail::Problem& p) { return !p.vector_gate && p.dtype != DType::kFloat32; }
+bool reads_v_rows(const detail::Problem& p) {
+  return !p.delta && p.dtype != DType::kFloat32 && (p.K == 64 || p.K == 128);
+}
 
 PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);

@@ -47,16 +47,7 @@ struct PrepSmem {
   }
 };
 
-__device__ __forceinline__ float sigmoidf_(float x) {
-  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
-}
-__device__ __forceinline__ float softplusf_(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
-// Fast variants for 16-bit inputs (absolute error ~1e-6, far below the operands' rounding).
-__device__ __forceinline__ float sigmoid_fast(float x) { return __frcp_rn(1.f + __expf(-x)); }
-__device__ __forceinline__ float softplus_fast(float x) {
-  const float e = __expf(-fabsf(x));
-  return fmaxf(x, 0.f) + (e < 1e-3f ? e - 0.5f * e * e : __logf(1.f + e));
-}
+__device__ __forceinline__ float sigmoidf_(float x) { return gate::sigmoid_precise(x); }
 
 // acc (16x16, two m16n8 C fragments) += A[16 x kdim] B[kdim x 16], float32 operands in shared memory
 // (A row-major A[m * lda + k], B row-major B[k * ldb + n]) on the TF32 tensor cores; SPLIT: 3xTF32
@@ -156,22 +147,15 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // ---- 1a. gates: transform + chunk-local cumsum. Vector gate: thread = (key channel d, segment
   // of K/4 consecutive tokens); the segment is scanned in registers and the segment offsets are
   // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
-  const float alog = (p.gate_kind != 0 && p.has_alog) ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
-  const float ea = expf(alog);
+  gate::HeadGate hg;
+  hg.kind = p.gate_kind;
+  hg.has_alog = p.gate_kind != 0 && p.has_alog;
+  hg.alog = hg.has_alog ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
+  hg.ea = expf(hg.alog);
+  hg.lower_bound = p.lower_bound;
   // simple GLA's per-head constant gate, added to every token's g (0 for the other families)
-  const float gamma_h = (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+  hg.gamma = (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
   // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
-  auto gate_tf = [&](float raw, float dtb) -> float {
-    if (p.gate_kind == 1) {
-      const float x = raw + dtb;
-      return gate::floor_gate(gate::neg_exp_softplus(alog, ea, x, kIs16<T> ? softplus_fast(x) : softplusf_(x)));
-    }
-    if (p.gate_kind == 2) {
-      const float z = p.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb;
-      return gate::floor_gate(p.lower_bound * (kIs16<T> ? sigmoid_fast(z) : sigmoidf_(z)));
-    }
-    return gate::floor_gate(VEC ? raw : raw + gamma_h);
-  };
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})
   const int nseg = kPrepThreads >> lk;        // 4, 2, 1 token segments
@@ -179,35 +163,40 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const int gd = tid & (K - 1), gseg = tid >> lk;
   if constexpr (VEC) {
     const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * K + gd) : 0.f;
-    float run = 0.f;
     const int i0 = gseg * seglen;
     const int64_t gstride = static_cast<int64_t>(HV) * K;
     const int64_t gbase = (static_cast<int64_t>(t0 + i0) * HV + hv) * K + gd;
-    for (int i8 = 0; i8 < seglen; i8 += 8) {
-      float raw[8];
-      if (p.g_dt == 2) {
-        const float* gf = static_cast<const float*>(p.g) + gbase + i8 * gstride;
+    gate::with_head_gate(hg, [&](auto kind, auto regular) {
+      float run = 0.f;
+      for (int i8 = 0; i8 < seglen; i8 += 8) {
+        float raw[8];
+        if (p.g_dt == 2) {
+          const float* gf = static_cast<const float*>(p.g) + gbase + i8 * gstride;
 #pragma unroll
-        for (int m = 0; m < 8; ++m) raw[m] = i0 + i8 + m < Lc ? __ldg(gf + m * gstride) : 0.f;
-      } else {
+          for (int m = 0; m < 8; ++m) raw[m] = i0 + i8 + m < Lc ? __ldg(gf + m * gstride) : 0.f;
+        } else {
 #pragma unroll
-        for (int m = 0; m < 8; ++m)
-          raw[m] = i0 + i8 + m < Lc ? load_any(p.g, p.g_dt, gbase + (i8 + m) * gstride) : 0.f;
+          for (int m = 0; m < 8; ++m)
+            raw[m] = i0 + i8 + m < Lc ? load_any(p.g, p.g_dt, gbase + (i8 + m) * gstride) : 0.f;
+        }
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const int i = i0 + i8 + m;
+          run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<T>>(hg, raw[m], dtb) : 0.f;
+          gam[i * ldg + gd] = run;
+        }
       }
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const int i = i0 + i8 + m;
-        run += i < Lc ? gate_tf(raw[m], dtb) : 0.f;
-        gam[i * ldg + gd] = run;
-      }
-    }
+    });
   } else {
     if (tid < kC) {
       float x = 0.f;
       if (tid < Lc) {
         const float dtb = use_dtb ? load_any(p.dt_bias, p.dtb_dt, hv) : 0.f;
         // simple GLA may have g_gamma alone (no g)
-        x = gate_tf(p.g ? load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f, dtb);
+        const float raw = p.g ? load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f;
+        gate::with_head_gate(hg, [&](auto kind, auto regular) {
+          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<T>>(hg, raw, dtb);
+        });
       }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {

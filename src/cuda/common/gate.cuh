@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/transforms.hpp"
 
@@ -35,6 +36,71 @@ __device__ __forceinline__ float exp_times(float alog, float ea, float x) {
   if (isfinite(ea) || isnan(x)) return ea * x;
   if (x == 0.f) return 0.f;
   return copysignf(expf(alog + logf(fabsf(x))), x);
+}
+
+// Reciprocal by MUFU.RCP (~1 ulp): __frcp_rn's IEEE slow path costs a call and two convergence
+// barriers a value, which ncu found among chunk_prep's hottest lines. rcp(inf) = 0, rcp(NaN) = NaN.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// Fast softplus / sigmoid for 16-bit inputs (absolute error ~1e-6, far below the operands' rounding).
+__device__ __forceinline__ float sigmoid_fast(float x) { return rcp_approx(1.f + __expf(-x)); }
+__device__ __forceinline__ float softplus_fast(float x) {
+  const float e = __expf(-fabsf(x));
+  return fmaxf(x, 0.f) + (e < 1e-3f ? e - 0.5f * e * e : __logf(1.f + e));
+}
+// Precise ones (float32 inputs).
+__device__ __forceinline__ float sigmoid_precise(float x) {
+  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
+}
+__device__ __forceinline__ float softplus_precise(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
+
+// The in-kernel gate of one head (SPEC.md's transforms), with what is uniform over the head
+// decided once per block instead of per element.
+struct HeadGate {
+  int kind;       // 0: g as given (+ simple GLA's g_gamma); 1: -exp(A_log) softplus(g + dt_bias);
+                  // 2: lower_bound sigmoid(exp(A_log) (g + dt_bias)) (without A_log: of g + dt_bias)
+  bool has_alog;
+  float alog, ea;  // A_log and exp(A_log)
+  float lower_bound, gamma;
+  // exp(A_log) is a float for which the plain products are also the limits (kind 1: finite and
+  // > 0; kind 2: finite): the limit forms above compile away
+  __device__ bool regular() const { return kind == 1 ? (isfinite(ea) && ea > 0.f) : isfinite(ea); }
+};
+
+// The log decay of one raw gate value, floored. KIND, REGULAR: head.kind and head.regular() as
+// compile-time values (with_head_gate); FAST16: the fast transforms of 16-bit inputs.
+template <int KIND, bool REGULAR, bool FAST16>
+__device__ __forceinline__ float head_gate(const HeadGate& h, float raw, float dtb) {
+  if constexpr (KIND == 1) {
+    const float x = raw + dtb;
+    const float sp = FAST16 ? softplus_fast(x) : softplus_precise(x);
+    // regular: -ea * sp equals the limit form for every x (sp = inf gives -inf either way)
+    return floor_gate(REGULAR ? -h.ea * sp : neg_exp_softplus(h.alog, h.ea, x, sp));
+  } else if constexpr (KIND == 2) {
+    const float x = raw + dtb;
+    const float z = h.has_alog ? (REGULAR ? h.ea * x : exp_times(h.alog, h.ea, x)) : x;
+    return floor_gate(h.lower_bound * (FAST16 ? sigmoid_fast(z) : sigmoid_precise(z)));
+  } else {
+    return floor_gate(raw + h.gamma);
+  }
+}
+
+// f(std::integral_constant<int, KIND>{}, std::bool_constant<REGULAR>{}) for the head's gate: one
+// branch per block, so the element loop inside f has none.
+template <typename F>
+__device__ __forceinline__ void with_head_gate(const HeadGate& h, F&& f) {
+  if (h.kind == 1) {
+    if (h.regular()) f(std::integral_constant<int, 1>{}, std::true_type{});
+    else f(std::integral_constant<int, 1>{}, std::false_type{});
+  } else if (h.kind == 2) {
+    if (h.regular()) f(std::integral_constant<int, 2>{}, std::true_type{});
+    else f(std::integral_constant<int, 2>{}, std::false_type{});
+  } else {
+    f(std::integral_constant<int, 0>{}, std::true_type{});
+  }
 }
 
 }  // namespace linattn::cuda::gate

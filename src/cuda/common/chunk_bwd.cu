@@ -32,10 +32,6 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFull, x, o);
   return x;  // identical in every lane (commutative pairwise sums)
 }
-__device__ __forceinline__ float sigm(float x) {
-  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
-}
-__device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
 
 struct GateArgs {
   int kind;  // 0 identity, 1 softplus, 2 lower bound
@@ -47,53 +43,13 @@ struct GateArgs {
   int dtb_dt;
 };
 
-// The gate transform before the floor (gate.cuh: no inf * 0 when exp(A_log) overflows).
-__device__ __forceinline__ float gate_fwd_raw(const GateArgs& ga, float raw, float dtb, float alog) {
-  const float x = raw + dtb;
-  switch (ga.kind) {
-    case 1: return gate::neg_exp_softplus(alog, expf(alog), x, softplus(x));
-    case 2: return ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, expf(alog), x) : x);
-    default: return raw;
-  }
-}
-// The gate as the forward uses it: transformed, then floored (a full forget, never NaN).
+// The gate transform (forward and backward: gate.cuh) with this call's arguments.
 __device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
-  return gate::floor_gate(gate_fwd_raw(ga, raw, dtb, alog));
+  return gate::floor_gate(gate::transform_raw(ga.kind, ga.has_alog, ga.lower_bound, raw, dtb, alog));
 }
-// dL/draw given dL/dg; *da += dL/dA_log. A floored gate (or a zero dg) has gradient exactly 0,
-// whatever overflowing factors the transform's derivative holds. gamma: simple GLA's g_gamma, added
-// to the (identity-transformed) gate before the floor; 0 for the other families.
 __device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da,
                                           float gamma = 0.f) {
-  const float x = raw + dtb;
-  const float g = gate_fwd_raw(ga, raw, dtb, alog) + gamma;
-  if (g <= gate::kFloor || dg == 0.f) return 0.f;
-  switch (ga.kind) {
-    case 1: {
-      const float ea = expf(alog), sp = softplus(x);
-      if (isfinite(ea) && ea > 0.f && isfinite(sp)) {
-        *da += dg * (-ea * sp);
-        return dg * (-ea * sigm(x));
-      }
-      *da += dg * g;  // dg/dA_log = g
-      return dg * -expf(alog + gate::log_sigmoid(x));
-    }
-    case 2: {
-      if (!ga.has_alog) {
-        const float s = sigm(x);
-        return dg * ga.lower_bound * s * (1.f - s);
-      }
-      const float ea = expf(alog);
-      const float z = gate::exp_times(alog, ea, x);
-      const float s = sigm(z);
-      const float sd = s * (1.f - s);
-      if (sd == 0.f) return 0.f;  // saturated: the exact derivative underflows too
-      const float ds = dg * ga.lower_bound * sd;
-      *da += ds * z;  // dz/dA_log = z
-      return ds * ea;
-    }
-    default: return dg;
-  }
+  return gate::transform_bwd(ga.kind, ga.has_alog, ga.lower_bound, raw, dtb, alog, dg, da, gamma);
 }
 
 // ---- 1a. q̂, k̂ (float32, l2-normalised when asked): one warp per (token, q/k head)
@@ -146,7 +102,7 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
   }
   if (lane == 0) {
     float b = kern::load_any(beta, beta_dt, row);
-    if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * sigm(b);
+    if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
     bt[row] = b;
   }
 }
@@ -293,7 +249,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
     if (p.beta_mode != 0) {
-      const float sg = sigm(kern::load_any(p.beta, p.beta_dt, row));
+      const float sg = gate::sigmoid_precise(kern::load_any(p.beta, p.beta_dt, row));
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
     stf(p.dbeta, p.beta_dt, row, s * der);

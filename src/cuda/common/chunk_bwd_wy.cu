@@ -71,10 +71,6 @@ __device__ __forceinline__ void land() {
   cp_wait<0>();
 }
 
-__device__ __forceinline__ float sigm(float x) {
-  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
-}
-__device__ __forceinline__ float softplus(float x) { return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x))); }
 
 // ================================================================ pass 1
 // One CTA per (V tile, value head, sequence), chunks last to first. The dS tile (K x VT, float32)
@@ -535,9 +531,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const float gamma_h = (!VEC && ga.g_gamma) ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
   // As the forward's (chunk_prep.cuh): the transform without inf * 0, then the gate floor.
   auto gate_tf = [&](float raw, float dtb) -> float {
-    if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, softplus(raw + dtb)));
+    if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, gate::softplus_precise(raw + dtb)));
     if (ga.kind == 2) {
-      return gate::floor_gate(ga.lower_bound * sigm(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
+      return gate::floor_gate(ga.lower_bound * gate::sigmoid_precise(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
     }
     return gate::floor_gate(VEC ? raw : raw + gamma_h);
   };
@@ -546,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     float b = 0.f;  // 0 without the delta rule: every β-weighted term below vanishes
     if (tid < Lc && DELTA) {
       b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
-      if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigm(b);
+      if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
     }
     bet[tid] = b;
     if constexpr (!VEC) {

@@ -103,4 +103,51 @@ __device__ __forceinline__ void with_head_gate(const HeadGate& h, F&& f) {
   }
 }
 
+// The transform of SPEC.md before the floor (kind 0 identity, 1 softplus, 2 lower bound), with
+// the limit forms above: no inf * 0 when exp(A_log) overflows. The backward's, in float32.
+__device__ __forceinline__ float transform_raw(int kind, int has_alog, float lower_bound, float raw, float dtb,
+                                              float alog) {
+  const float x = raw + dtb;
+  switch (kind) {
+    case 1: return neg_exp_softplus(alog, expf(alog), x, softplus_precise(x));
+    case 2: return lower_bound * sigmoid_precise(has_alog ? exp_times(alog, expf(alog), x) : x);
+    default: return raw;
+  }
+}
+// dL/draw given dL/dg; *da += dL/dA_log. A floored gate (or a zero dg) has gradient exactly 0,
+// whatever overflowing factors the transform's derivative holds. gamma: simple GLA's g_gamma, added
+// to the (identity-transformed) gate before the floor; 0 for the other families.
+__device__ __forceinline__ float transform_bwd(int kind, int has_alog, float lower_bound, float raw, float dtb,
+                                              float alog, float dg, float* da, float gamma = 0.f) {
+  const float x = raw + dtb;
+  const float g = transform_raw(kind, has_alog, lower_bound, raw, dtb, alog) + gamma;
+  if (g <= kFloor || dg == 0.f) return 0.f;
+  switch (kind) {
+    case 1: {
+      const float ea = expf(alog), sp = softplus_precise(x);
+      if (isfinite(ea) && ea > 0.f && isfinite(sp)) {
+        *da += dg * (-ea * sp);
+        return dg * (-ea * sigmoid_precise(x));
+      }
+      *da += dg * g;  // dg/dA_log = g
+      return dg * -expf(alog + log_sigmoid(x));
+    }
+    case 2: {
+      if (!has_alog) {
+        const float s = sigmoid_precise(x);
+        return dg * lower_bound * s * (1.f - s);
+      }
+      const float ea = expf(alog);
+      const float z = exp_times(alog, ea, x);
+      const float s = sigmoid_precise(z);
+      const float sd = s * (1.f - s);
+      if (sd == 0.f) return 0.f;  // saturated: the exact derivative underflows too
+      const float ds = dg * lower_bound * sd;
+      *da += ds * z;  // dz/dA_log = z
+      return ds * ea;
+    }
+    default: return dg;
+  }
+}
+
 }  // namespace linattn::cuda::gate

@@ -47,8 +47,6 @@ struct PrepSmem {
   }
 };
 
-__device__ __forceinline__ float sigmoidf_(float x) { return gate::sigmoid_precise(x); }
-
 // acc (16x16, two m16n8 C fragments) += A[16 x kdim] B[kdim x 16], float32 operands in shared memory
 // (A row-major A[m * lda + k], B row-major B[k * ldb + n]) on the TF32 tensor cores; SPLIT: 3xTF32
 // (big*big + big*small + small*big), close to float32 accuracy.
@@ -259,7 +257,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       float b = 0.f;
       if (tid < Lc && DELTA) {
         b = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
-        if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * sigmoidf_(b);
+        if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
       }
       bet[tid] = b;
     }

@@ -70,22 +70,28 @@ struct HeadGate {
   __device__ bool regular() const { return kind == 1 ? (isfinite(ea) && ea > 0.f) : isfinite(ea); }
 };
 
-// The log decay of one raw gate value, floored. KIND, REGULAR: head.kind and head.regular() as
-// compile-time values (with_head_gate); FAST16: the fast transforms of 16-bit inputs.
+// The log decay of one raw gate value before the floor. KIND, REGULAR: head.kind and
+// head.regular() as compile-time values (with_head_gate); FAST16: the fast transforms of 16-bit
+// inputs. REGULAR = false is the general form (the limits when exp(A_log) over- or underflows).
 template <int KIND, bool REGULAR, bool FAST16>
-__device__ __forceinline__ float head_gate(const HeadGate& h, float raw, float dtb) {
+__device__ __forceinline__ float head_gate_raw(const HeadGate& h, float raw, float dtb) {
   if constexpr (KIND == 1) {
     const float x = raw + dtb;
     const float sp = FAST16 ? softplus_fast(x) : softplus_precise(x);
     // regular: -ea * sp equals the limit form for every x (sp = inf gives -inf either way)
-    return floor_gate(REGULAR ? -h.ea * sp : neg_exp_softplus(h.alog, h.ea, x, sp));
+    return REGULAR ? -h.ea * sp : neg_exp_softplus(h.alog, h.ea, x, sp);
   } else if constexpr (KIND == 2) {
     const float x = raw + dtb;
     const float z = h.has_alog ? (REGULAR ? h.ea * x : exp_times(h.alog, h.ea, x)) : x;
-    return floor_gate(h.lower_bound * (FAST16 ? sigmoid_fast(z) : sigmoid_precise(z)));
+    return h.lower_bound * (FAST16 ? sigmoid_fast(z) : sigmoid_precise(z));
   } else {
-    return floor_gate(raw + h.gamma);
+    return raw + h.gamma;
   }
+}
+// The same, floored: what the forward's cumulative sums take.
+template <int KIND, bool REGULAR, bool FAST16>
+__device__ __forceinline__ float head_gate(const HeadGate& h, float raw, float dtb) {
+  return floor_gate(head_gate_raw<KIND, REGULAR, FAST16>(h, raw, dtb));
 }
 
 // f(std::integral_constant<int, KIND>{}, std::bool_constant<REGULAR>{}) for the head's gate: one
@@ -103,8 +109,10 @@ __device__ __forceinline__ void with_head_gate(const HeadGate& h, F&& f) {
   }
 }
 
-// The transform of SPEC.md before the floor (kind 0 identity, 1 softplus, 2 lower bound), with
-// the limit forms above: no inf * 0 when exp(A_log) overflows. The backward's, in float32.
+// The transform before the floor with the kind known only at run time, in float32 (the
+// backward's; kind 0: raw itself, g_gamma is added by the caller). head_gate_raw<kind, false,
+// false> spelled with a run-time kind: routing it through head_gate_raw changed chunk_bwd.cu's
+// SASS (exp(A_log) shared differently), which no GPU run has checked yet.
 __device__ __forceinline__ float transform_raw(int kind, int has_alog, float lower_bound, float raw, float dtb,
                                               float alog) {
   const float x = raw + dtb;

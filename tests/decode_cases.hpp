@@ -332,8 +332,55 @@ inline std::vector<DecodeConfig> decode_configs() {
       add(c);
     }
   }
-  // One token per sequence at a fixed length in the [K, V] layout: what the streaming kernel
-  // (the fast path of src/cuda/decode/recurrent_decode.cuh) runs. Every pool dtype and head size, the
+  // The whole-head CUDA kernel (src/cuda/decode/recurrent_decode_head.cuh, sm_90+): K = V = 128,
+  // [K, V]. A float32 pool at any length (varlen with an empty and a 16-token sequence, or T = 3),
+  // a bfloat16 pool at T = 1; the three destinations, padding, no initial state, each family, gate
+  // and beta form, GVA, every q/k/v dtype.
+  {
+    int i = 0;
+    for (DType st : {DType::kFloat32, DType::kBFloat16}) {
+      for (int dest = 0; dest < 3; ++dest) {
+        for (Family f : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
+          DecodeConfig c;
+          c.family = f;
+          c.dtype = i % 3 == 0 ? DType::kBFloat16 : (i % 3 == 1 ? DType::kFloat32 : DType::kFloat16);
+          c.state_dtype = st;
+          c.K = c.V = 128;
+          c.H = 2;
+          c.HV = i % 2 ? 4 : 2;
+          if (st == DType::kFloat32 && i % 2 == 0) {
+            c.lens = {1, 5, dest == 1 ? 2 : 0, 16};  // an empty sequence writes no final_state row
+            c.varlen = true;
+          } else if (st == DType::kFloat32) {
+            c.lens = {3, 3};
+          } else {
+            c.lens = {1, 1, 1, 1, 1};
+          }
+          c.pool = i % 4 == 3 ? Pool::kInitial : Pool::kIndices1D;
+          if (dest == 1 && i % 3 == 2) c.pool = Pool::kNone;  // no initial state: zeros
+          c.padding = c.pool == Pool::kIndices1D && i % 2 == 1 && dest != 1;
+          c.inplace = dest == 0;
+          c.final_out = dest == 1;
+          c.final_dtype = c.pool == Pool::kNone ? DType::kFloat32 : st;
+          const DecodeGate gates[] = {DecodeGate::kSoftplus, DecodeGate::kLogsigmoid, DecodeGate::kLowerBound,
+                                      DecodeGate::kWithNegInf};
+          c.gate = gates[i % 4];
+          if (c.gate == DecodeGate::kLowerBound && c.family != Family::kKDA) c.gate = DecodeGate::kSoftplus;
+          // the in-kernel gate is KDA's and GDN's
+          if (f == Family::kGLA || f == Family::kSimpleGLA) c.gate = i % 2 ? DecodeGate::kLogsigmoid : DecodeGate::kWithNegInf;
+          c.g_gamma = f == Family::kSimpleGLA && i % 2 == 0;
+          c.beta_per_v = i % 5 == 2;
+          c.beta_sigmoid = i % 3 == 1;
+          c.neg_eig = i % 7 == 3;
+          c.l2norm = i % 6 != 5;
+          add(c);
+          ++i;
+        }
+      }
+    }
+  }
+  // One token per sequence at a fixed length in the [K, V] layout: the tiled kernel's fast path
+  // (src/cuda/decode/recurrent_decode.cuh) at head sizes the whole-head kernel does not take. Every pool dtype and head size, the
   // three destinations (in place, a final_state of the pool's dtype, not kept), indices with
   // padding or none, each gate and beta form, GVA, several V tiles.
   {

@@ -73,7 +73,7 @@ TEST(CpuDecode, MatchesTokenRecurrence) {
     ASSERT_TRUE(s.ok()) << cfg.name() << ": " << s.message;
     EXPECT_LT(rel_err(e.o, r.o), 1e-12) << cfg.name();
     const HostTensor& dec_final = cfg.final_out ? e.final_state : e.state;
-    if (dec_final.present()) {
+    if (dec_final.present() && (cfg.final_out || cfg.inplace)) {  // else the decode keeps no state
       // empty sequences keep their state; compare the sequences that ran
       EXPECT_LT(rel_err(dec_final, fs), 1e-12) << cfg.name();
     }

@@ -159,8 +159,8 @@ TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
   }
 }
 
-// The same for one token per sequence (the streaming kernel on Hopper): a slot past the pool is
-// flagged by the producer warp, the sequence's o rows are zero, every other sequence as expected.
+// The same for one token per sequence at K = V = 128 (the whole-head kernel on Hopper): a slot past
+// the pool is flagged, the sequence's o rows are zero, every other sequence as expected.
 TEST(CudaDecode, SmallOneTokenFlagsSlotPastThePool) {
   SKIP_WITHOUT_GPU();
   for (DType st : {DType::kFloat32, DType::kBFloat16}) {

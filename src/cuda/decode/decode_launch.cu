@@ -6,12 +6,31 @@
 
 #include "common/decode.hpp"
 #include "cuda/common/host_util.hpp"
-#include "cuda/decode/recurrent_decode.cuh"
+#include "cuda/decode/recurrent_decode_head.cuh"
 
 namespace linattn::cuda {
 
 namespace {
 bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+// The whole-head kernel (recurrent_decode_head.cuh) where it applies: sm_90+, the fast path's
+// aligned [K, V] pieces with K = V = 128, no per-token state indices, every state slot (and the
+// final_state it writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a
+// bfloat16 pool one token per sequence.
+bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool fast, bool st_bf16, int device) {
+  const detail::Problem& pr = d.p;
+  if (!fast || pr.opt.state_v_first || pr.K != recurrent::kHeadK || pr.V != recurrent::kHeadV || d.indices_2d) return false;
+  const int64_t es = st_bf16 ? 2 : 4;
+  if (d.has_state && (!aligned(p.state, 16) || (d.state_stride * es) % 16 != 0)) return false;
+  if (st_bf16 && (pr.varlen || pr.T != 1)) return false;
+  if (!d.inplace && d.has_final &&
+      (d.final_dtype != (st_bf16 ? DType::kBFloat16 : DType::kFloat32) || !aligned(p.final_state, 16))) {
+    return false;
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  return major >= 9;
+}
 }  // namespace
 
 Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const DecodeOutputs& out, Stream stream) {
@@ -97,11 +116,13 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   // (16-byte pieces of 8), where the pool's pieces are 16-byte aligned
   const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
                     d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16));
+  recurrent::DecodeForm form = wide ? recurrent::DecodeForm::kWide : recurrent::DecodeForm::kTiled;
+  if (head_form(d, p, fast, st_bf16, pr.device.index)) form = recurrent::DecodeForm::kHead;
   cudaError_t e;
   switch (pr.dtype) {
-    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, wide, st); break;
-    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, wide, st); break;
-    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, wide, st); break;
+    case DType::kFloat16: e = recurrent::launch_fp16(p, st_bf16, vf, kb, fast, form, st); break;
+    case DType::kBFloat16: e = recurrent::launch_bf16(p, st_bf16, vf, kb, fast, form, st); break;
+    default: e = recurrent::launch_fp32(p, st_bf16, vf, kb, fast, form, st); break;
   }
   if (e != cudaSuccess) return cuda_error("recurrent decode launch", e);
   return Status::Ok();

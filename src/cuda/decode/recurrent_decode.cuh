@@ -184,6 +184,71 @@ __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
+// ---------------------------------------------------------------- the prologue both kernels share
+// The tokens of sequence n: [bos, bos + len). Device cu_seqlens are checked here (no host copy is
+// needed); a bad one raises flag 8. False: nothing to do for this sequence.
+__device__ __forceinline__ bool seq_span(const Params& p, int n, int tid, long long* bos, long long* len) {
+  if (p.varlen) {
+    *bos = ld_index(p.cu, p.cu64, n);
+    const long long eos = ld_index(p.cu, p.cu64, n + 1);
+    if (*bos < 0 || eos < *bos || eos > p.total_tokens) {
+      if (tid == 0 && p.status) atomicOr(p.status, 8);
+      return false;
+    }
+    *len = eos - *bos;
+  } else {
+    *bos = static_cast<long long>(n) * p.T;
+    *len = p.T;
+  }
+  return *len > 0;
+}
+
+// The slot sequence n starts from (n itself without state indices). False: the sequence is
+// skipped (its o rows are zeroed by the caller) and the reason, if any, is flagged: more tokens
+// than index columns (4), an accepted count outside [1, T_max] (2), a slot past the pool (1); a
+// negative slot is padding (no flag).
+__device__ __forceinline__ bool start_slot(const Params& p, int n, long long len, int tid, long long* rslot) {
+  *rslot = n;
+  if (!p.has_indices) return true;
+  auto flag = [&](int bit) {
+    if (tid == 0 && p.status) atomicOr(p.status, bit);
+  };
+  if (p.indices_2d && len > p.index_cols) {
+    flag(4);
+    return false;
+  }
+  long long a = 1;
+  if (p.has_accepted) {
+    a = ld_index(p.accepted, p.acc64, n);
+    if (a < 1 || a > p.index_cols) {
+      flag(2);
+      return false;
+    }
+  }
+  *rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
+  if (*rslot < 0 || *rslot >= p.pool_slots) {
+    if (*rslot >= 0) flag(1);
+    return false;
+  }
+  return true;
+}
+
+// A skipped sequence's o rows (this head, columns v0 .. v0 + TV - 1), by NT threads.
+template <typename IO, int NT>
+__device__ __forceinline__ void zero_o_rows(const Params& p, long long bos, long long len, int hv, int v0, int TV) {
+  IO* o = static_cast<IO*>(p.o);
+  for (long long i = threadIdx.x; i < len * TV; i += NT) {
+    const int c = v0 + static_cast<int>(i % TV);
+    if (c < p.V) o[((bos + i / TV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
+  }
+}
+
+// 4 consecutive state elements in shared memory as float (16 bytes of float32, 8 of bfloat16).
+__device__ __forceinline__ float4 load_piece(const float* x) { return *reinterpret_cast<const float4*>(x); }
+__device__ __forceinline__ float4 load_piece(const __nv_bfloat16* x) { return ld4(x, true, 4); }
+__device__ __forceinline__ void store_piece(float* x, float4 y) { *reinterpret_cast<float4*>(x) = y; }
+__device__ __forceinline__ void store_piece(__nv_bfloat16* x, float4 y) { st4(x, y, true, 4); }
+
 // ---------------------------------------------------------------- the kernel
 // IO: q/k/v/o element type; ST: the state's; VFirst: [V, K] state layout; KB: K rounded up to
 // 64, 128 or 256.
@@ -237,32 +302,9 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
   const int v0 = vt * TV;
   const long long KV = static_cast<long long>(p.K) * p.V;
 
-  // ---- the sequence's tokens (device cu_seqlens are checked here: no host copy needed)
+  // ---- the sequence's tokens
   long long bos, len;
-  if (p.varlen) {
-    bos = ld_index(p.cu, p.cu64, n);
-    const long long eos = ld_index(p.cu, p.cu64, n + 1);
-    if (bos < 0 || eos < bos || eos > p.total_tokens) {
-      if (tid == 0 && p.status) atomicOr(p.status, 8);
-      return;
-    }
-    len = eos - bos;
-  } else {
-    bos = static_cast<long long>(n) * p.T;
-    len = p.T;
-  }
-  if (len == 0) return;
-
-  auto zero_o = [&]() {  // a skipped sequence's o rows (this head, this V tile)
-    IO* o = static_cast<IO*>(p.o);
-    for (long long i = tid; i < len * TV; i += kThreads) {
-      const int c = v0 + static_cast<int>(i % TV);
-      if (c < p.V) o[((bos + i / TV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
-    }
-  };
-  auto flag = [&](int bit) {
-    if (tid == 0 && p.status) atomicOr(p.status, bit);
-  };
+  if (!seq_span(p, n, tid, &bos, &len)) return;
 
   // ---- the first token's inputs, requested before the slot index is resolved (their latency
   // overlaps the index load and the state copy); staged in the token loop
@@ -291,28 +333,10 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
   request(bos);
 
   // ---- the slot to start from
-  long long rslot = n;
-  if (p.has_indices) {
-    if (p.indices_2d && len > p.index_cols) {
-      flag(4);
-      zero_o();
-      return;
-    }
-    long long a = 1;
-    if (p.has_accepted) {
-      a = ld_index(p.accepted, p.acc64, n);
-      if (a < 1 || a > p.index_cols) {
-        flag(2);
-        zero_o();
-        return;
-      }
-    }
-    rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
-    if (rslot < 0 || rslot >= p.pool_slots) {
-      if (rslot >= 0) flag(1);
-      zero_o();
-      return;
-    }
+  long long rslot;
+  if (!start_slot(p, n, len, tid, &rslot)) {
+    zero_o_rows<IO, kThreads>(p, bos, len, hv, v0, TV);
+    return;
   }
 
   const int cg = lane & 7, rsub = lane >> 3;  // [K, V]
@@ -412,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
     if (p.indices_2d) {
       const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
       if (w >= p.pool_slots) {
-        flag(1);
+        if (tid == 0 && p.status) atomicOr(p.status, 1);
       } else if (w >= 0) {
         to_global = true;
         dst_off = w * p.state_stride + hv * KV;
@@ -593,11 +617,15 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
   }
 }
 
-// Launches the kernel for IO element type `io` (instantiated one dtype per translation unit).
-// wide: the 64-column form (bfloat16 pool, [K, V], fast path, 16-byte aligned pool pieces).
-cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
-cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
-cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream);
+// Which kernel a call runs (decode_launch.cu picks it): the tiled kernel above with 32-column
+// tiles, its 64-column form for a bfloat16 pool (CW = 8), or the whole-head kernel of
+// recurrent_decode_head.cuh (sm_90+, bulk copies of the whole state).
+enum class DecodeForm { kTiled, kWide, kHead };
+
+// Launches the decode for IO element type `io` (instantiated one dtype per translation unit).
+cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, DecodeForm form, cudaStream_t stream);
+cudaError_t launch_bf16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, DecodeForm form, cudaStream_t stream);
+cudaError_t launch_fp32(const Params& p, int st_bf16, bool v_first, int kb, bool fast, DecodeForm form, cudaStream_t stream);
 
 template <typename IO>
 cudaError_t launch_io(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream) {

@@ -1,8 +1,8 @@
 // Instantiations of the recurrent decode kernel for fp16 q/k/v/o (one dtype per translation unit).
-#include "cuda/decode/recurrent_decode.cuh"
+#include "cuda/decode/recurrent_decode_head.cuh"
 
 namespace linattn::cuda::recurrent {
-cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, bool wide, cudaStream_t stream) {
-  return launch_io<__half>(p, st_bf16, v_first, kb, fast, wide, stream);
+cudaError_t launch_fp16(const Params& p, int st_bf16, bool v_first, int kb, bool fast, DecodeForm form, cudaStream_t stream) {
+  return launch_form<__half>(p, st_bf16, v_first, kb, fast, form, stream);
 }
 }  // namespace linattn::cuda::recurrent

@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
     cutlass::arch::ClusterTransactionBarrier::init(&s.bar, 1);
     cutlass::arch::fence_barrier_init();
   }
+  __syncthreads();  // the initialised barrier before any use (CUTLASS's order; racecheck checks it)
 
   long long bos, len;
   if (!seq_span(p, n, tid, &bos, &len)) return;

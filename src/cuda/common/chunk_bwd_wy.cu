@@ -526,17 +526,15 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
 
   // ---- 0. β, l2 norms (over all K), the gate transform
   const WyGate& ga = p.gate;
-  const float alog = (ga.kind != 0 && ga.has_alog) ? load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
-  const float ea = (ga.kind != 0 && ga.has_alog) ? expf(alog) : 1.f;
-  const float gamma_h = (!VEC && ga.g_gamma) ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
-  // As the forward's (chunk_prep.cuh): the transform without inf * 0, then the gate floor.
-  auto gate_tf = [&](float raw, float dtb) -> float {
-    if (ga.kind == 1) return gate::floor_gate(gate::neg_exp_softplus(alog, ea, raw + dtb, gate::softplus_precise(raw + dtb)));
-    if (ga.kind == 2) {
-      return gate::floor_gate(ga.lower_bound * gate::sigmoid_precise(ga.has_alog ? gate::exp_times(alog, ea, raw + dtb) : raw + dtb));
-    }
-    return gate::floor_gate(VEC ? raw : raw + gamma_h);
-  };
+  // The forward's gate transform (gate.cuh: kind and regularity decided once per block, the
+  // element loops branch-free), in its precise form, then the gate floor.
+  gate::HeadGate hgate;
+  hgate.kind = ga.kind;
+  hgate.has_alog = ga.kind != 0 && ga.has_alog;
+  hgate.alog = hgate.has_alog ? load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
+  hgate.ea = hgate.has_alog ? expf(hgate.alog) : 1.f;
+  hgate.lower_bound = ga.lower_bound;
+  hgate.gamma = (!VEC && ga.g_gamma) ? load_any(ga.g_gamma, ga.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
   const bool use_dtb = ga.kind != 0 && ga.has_dtb;
   if (tid < kC) {
     float b = 0.f;  // 0 without the delta rule: every β-weighted term below vanishes
@@ -549,7 +547,10 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       float x = 0.f;
       if (tid < Lc) {
         const float dtb = use_dtb ? load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
-        x = gate_tf(ga.g ? load_any(ga.g, ga.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f, dtb);
+        const float raw = ga.g ? load_any(ga.g, ga.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f;
+        gate::with_head_gate(hgate, [&](auto kind, auto regular) {
+          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, false>(hgate, raw, dtb);
+        });
       }
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -730,21 +731,24 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         float vals[16];
         const int64_t gstride = static_cast<int64_t>(HV) * K;
         const int64_t gbase = (static_cast<int64_t>(t0 + 16 * seg) * HV + hv) * K + c0 + cc;
-        if (ga.g_dt == 2) {
+        if (ga.g_dt == 2) {  // 32-bit token offsets (HV K < 2^31), as chunk_prep's gate loads
           const float* gf = static_cast<const float*>(ga.g) + gbase;
+          const int gs = HV * K;
 #pragma unroll
-          for (int m = 0; m < 16; ++m) vals[m] = 16 * seg + m < Lc ? __ldg(gf + m * gstride) : 0.f;
+          for (int m = 0; m < 16; ++m) vals[m] = 16 * seg + m < Lc ? __ldg(gf + m * gs) : 0.f;
         } else {
 #pragma unroll
           for (int m = 0; m < 16; ++m)
             vals[m] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gbase + m * gstride) : 0.f;
         }
         float run = 0.f;
+        gate::with_head_gate(hgate, [&](auto kind, auto regular) {
 #pragma unroll
-        for (int m = 0; m < 16; ++m) {
-          if (16 * seg + m < Lc) run += gate_tf(vals[m], dtb);
-          vals[m] = run;
-        }
+          for (int m = 0; m < 16; ++m) {
+            if (16 * seg + m < Lc) run += gate::head_gate<decltype(kind)::value, decltype(regular)::value, false>(hgate, vals[m], dtb);
+            vals[m] = run;
+          }
+        });
         segtot[seg * 64 + cc] = run;
         __syncthreads();
         float off = 0.f;

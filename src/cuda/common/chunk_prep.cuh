@@ -164,14 +164,18 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     const int i0 = gseg * seglen;
     const int64_t gstride = static_cast<int64_t>(HV) * K;
     const int64_t gbase = (static_cast<int64_t>(t0 + i0) * HV + hv) * K + gd;
+    // float32 g: one 64-bit base, then 32-bit token offsets (the 64-bit products per load were
+    // 6% of chunk_prep's instructions; HV K < 2^31: HV is a grid dimension, K <= 256)
+    const float* gf0 = p.g_dt == 2 ? static_cast<const float*>(p.g) + gbase : nullptr;
+    const int gs = HV * K;
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
       float run = 0.f;
       for (int i8 = 0; i8 < seglen; i8 += 8) {
         float raw[8];
         if (p.g_dt == 2) {
-          const float* gf = static_cast<const float*>(p.g) + gbase + i8 * gstride;
+          const float* gf = gf0 + i8 * gs;
 #pragma unroll
-          for (int m = 0; m < 8; ++m) raw[m] = i0 + i8 + m < Lc ? __ldg(gf + m * gstride) : 0.f;
+          for (int m = 0; m < 8; ++m) raw[m] = i0 + i8 + m < Lc ? __ldg(gf + m * gs) : 0.f;
         } else {
 #pragma unroll
           for (int m = 0; m < 8; ++m)
@@ -602,31 +606,82 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         rf[kC + i] = i < Lc ? rk[i] * __expf(gam[kC - 1] - gam[i]) : 0.f;
       }
     } else {
-    // Qg = scale q exp(γ) [64][K]
-    {
-      T* out = static_cast<T*>(p.Qg) + blk * kC * K;
-      const int lh = lk - 1;  // log2 (K / 2)
-      for (int e = tq; e < (kC << lh); e += nq) {
-        const int i = e >> lh, d = 2 * (e & ((1 << lh) - 1));
-        const float sc = p.scale * rq[i];
-        const float e0 = __expf(gm(i, d)), e1 = VEC ? __expf(gm(i, d + 1)) : e0;
-        store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
-      }
-    }
-    // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
-    {
-      T* out = static_cast<T*>(p.KgT) + blk * K * kC;
-      for (int e = tq; e < K * (kC / 2); e += nq) {
-        const int d = e >> 5, i = 2 * (e & 31);
-        const float gC = gm(kC - 1, d);
-        const float x0 = rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d));
-        const float x1 = rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d));
-        store2<T>(out + d * kC + i, x0, x1);
-        if constexpr (kIs16<T>) {
-          if (p.KgT_lo) {
-            store2<T>(static_cast<T*>(p.KgT_lo) + blk * K * kC + d * kC + i, x0 - to_f(from_f<T>(x0)),
-                      x1 - to_f(from_f<T>(x1)));
+    if constexpr (kIs16<T>) {
+      // Qg = scale q exp(γ) [64][K]: a thread writes 8 consecutive channels of a row (16-byte
+      // loads and stores, the row's gates as two float4)
+      {
+        T* out = static_cast<T*>(p.Qg) + blk * kC * K;
+        const int l8 = lk - 3;  // log2 (K / 8)
+        for (int e = tq; e < (kC << l8); e += nq) {
+          const int i = e >> l8, d = (e & ((1 << l8) - 1)) << 3;
+          const float sc = p.scale * rq[i];
+          uint4 qv = make_uint4(0u, 0u, 0u, 0u);
+          if (i < qrows) qv = *reinterpret_cast<const uint4*>(qsrc + static_cast<int64_t>(i) * ldq + d);
+          const T* qe = reinterpret_cast<const T*>(&qv);
+          float ex[8];
+          if constexpr (VEC) {
+            const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
+            const float4 b = *reinterpret_cast<const float4*>(gam + i * ldg + d + 4);
+            ex[0] = __expf(a.x); ex[1] = __expf(a.y); ex[2] = __expf(a.z); ex[3] = __expf(a.w);
+            ex[4] = __expf(b.x); ex[5] = __expf(b.y); ex[6] = __expf(b.z); ex[7] = __expf(b.w);
+          } else {
+            const float x = __expf(gam[i]);
+#pragma unroll
+            for (int m = 0; m < 8; ++m) ex[m] = x;
           }
+          uint4 ov;
+          uint32_t* ow = reinterpret_cast<uint32_t*>(&ov);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) ow[m] = pack2<T>(sc * to_f(qe[2 * m]) * ex[2 * m], sc * to_f(qe[2 * m + 1]) * ex[2 * m + 1]);
+          *reinterpret_cast<uint4*>(out + i * K + d) = ov;
+        }
+      }
+      // KgT = (k exp(γ_C - γ))ᵀ [K][64]: the transpose by ldmatrix.trans. A warp job is 8
+      // channels x 32 tokens (four 8x8 tiles); lane (a = l % 4, b = l / 4) receives tokens
+      // 8j + 2a, 8j + 2a + 1 of channel b from tile j, so its gate loads hit 32 distinct banks and
+      // each store is one token pair.
+      {
+        T* out = static_cast<T*>(p.KgT) + blk * K * kC;
+        T* out_lo = p.KgT_lo ? static_cast<T*>(p.KgT_lo) + blk * K * kC : nullptr;
+        const int jobs = (K / 8) * 2;
+        for (int job = (tq >> 5); job < jobs; job += nq >> 5) {
+          const int d0 = (job >> 1) * 8, i0 = (job & 1) * 32;
+          uint32_t r[4];
+          ldsm_x4_t(r, ks + (i0 + 8 * (lane >> 3) + (lane & 7)) * ldk + d0);
+          const int d = d0 + (lane >> 2);
+          const float gC = gm(kC - 1, d);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int i = i0 + 8 * j + 2 * (lane & 3);
+            const T* kp = reinterpret_cast<const T*>(&r[j]);
+            const float x0 = rk[i] * to_f(kp[0]) * __expf(gC - gm(i, d));
+            const float x1 = rk[i + 1] * to_f(kp[1]) * __expf(gC - gm(i + 1, d));
+            store2<T>(out + d * kC + i, x0, x1);
+            if (out_lo) store2<T>(out_lo + d * kC + i, x0 - to_f(from_f<T>(x0)), x1 - to_f(from_f<T>(x1)));
+          }
+        }
+      }
+    } else {
+      // float32: Qg = scale q exp(γ) [64][K]
+      {
+        T* out = static_cast<T*>(p.Qg) + blk * kC * K;
+        const int lh = lk - 1;  // log2 (K / 2)
+        for (int e = tq; e < (kC << lh); e += nq) {
+          const int i = e >> lh, d = 2 * (e & ((1 << lh) - 1));
+          const float sc = p.scale * rq[i];
+          const float e0 = __expf(gm(i, d)), e1 = VEC ? __expf(gm(i, d + 1)) : e0;
+          store2<T>(out + i * K + d, sc * qraw(i, d) * e0, sc * qraw(i, d + 1) * e1);
+        }
+      }
+      // KgT = (k exp(γ_C - γ))ᵀ [K][64]; γ_C = γ of the last valid token (rows past Lc repeat it)
+      {
+        T* out = static_cast<T*>(p.KgT) + blk * K * kC;
+        for (int e = tq; e < K * (kC / 2); e += nq) {
+          const int d = e >> 5, i = 2 * (e & 31);
+          const float gC = gm(kC - 1, d);
+          const float x0 = rk[i] * to_f(ks[i * ldk + d]) * __expf(gC - gm(i, d));
+          const float x1 = rk[i + 1] * to_f(ks[(i + 1) * ldk + d]) * __expf(gC - gm(i + 1, d));
+          store2<T>(out + d * kC + i, x0, x1);
         }
       }
     }

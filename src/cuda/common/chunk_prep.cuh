@@ -23,7 +23,7 @@ __host__ __device__ constexpr int pad_elems() { return 16 / static_cast<int>(siz
 // (vec = false) keeps one cumulative gate per token instead of [64][K], and, for 16-bit types,
 // always keeps q in shared memory (its products read q̂ and k̂ directly, no staging buffers).
 struct PrepSmem {
-  int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, total;
+  int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, fst_a, fst_b, total;
   __host__ __device__ PrepSmem(int K, int esize, bool q_in_smem, bool vec = true) {
     const int ldg = K + 4, ldk = K + 16 / esize;
     if (!vec && esize == 2) q_in_smem = true;
@@ -43,6 +43,14 @@ struct PrepSmem {
     rk = o; o += kC * 4;
     rq = o; o += kC * 4;
     wide = o; o += 16;
+    // float32 vector gate, K <= 128: the decayed K Kᵀ / Q Kᵀ operands staged in float32 (A: [32][ldk],
+    // B: [64][ldk]); the 16-bit types stage in tinv / mbuf instead, and at K = 256 float32 does
+    // not fit: it forms them per fragment
+    fst_a = fst_b = -1;
+    if (esize == 4 && vec && K <= 128) {
+      fst_a = o; o += 32 * ldk * 4;
+      fst_b = o; o += kC * ldk * 4;
+    }
     total = o;
   }
 };
@@ -50,7 +58,8 @@ struct PrepSmem {
 // acc (16x16, two m16n8 C fragments) += A[16 x kdim] B[kdim x 16], float32 operands in shared memory
 // (A row-major A[m * lda + k], B row-major B[k * ldb + n]) on the TF32 tensor cores; SPLIT: 3xTF32
 // (big*big + big*small + small*big), close to float32 accuracy.
-template <bool SPLIT>
+// BN: B stored n-major instead (B(k, n) at B[n * ldb + k]).
+template <bool SPLIT, bool BN = false>
 __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb,
                                              int kdim) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -65,7 +74,8 @@ __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A,
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
-      const float xb[2] = {B[(k0 + t) * ldb + 8 * ni + g], B[(k0 + t + 4) * ldb + 8 * ni + g]};
+      const float xb[2] = {BN ? B[(8 * ni + g) * ldb + k0 + t] : B[(k0 + t) * ldb + 8 * ni + g],
+                           BN ? B[(8 * ni + g) * ldb + k0 + t + 4] : B[(k0 + t + 4) * ldb + 8 * ni + g]};
       uint32_t bb[2], bs[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -335,129 +345,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // column blocks 0..I. Row block I uses the reference token r = 16 I: row factor exp(γ_i - γ_r) <= 1
   // (i >= r); column factor exp(γ_r - γ_j) <= 1 for j < r (no overflow for any g <= 0) and
   // <= exp(spread) on the diagonal block (checked above).
-  if constexpr (kIs16<T> && !VEC) {
-    // 16-bit scalar gate: plain k Kᵀ and q Kᵀ from the raw rows (ldmatrix), the norms, β, scale and
-    // the decay exp(γ_i - γ_j) (<= 1) applied to the products. Warp = one 16x16 block (I, J <= I)
-    // of both products (shared B fragments); 10 blocks.
-    const int g = lane >> 2, t = lane & 3;
-    for (int b = warp; b < 10; b += kPrepThreads / 32) {
-      const int I = b < 1 ? 0 : (b < 3 ? 1 : (b < 6 ? 2 : 3));
-      const int J = b - I * (I + 1) / 2;
-      float ak[2][4], aq[2][4];
-#pragma unroll
-      for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ak[ni][e] = aq[ni][e] = 0.f;
-#pragma unroll 2
-      for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t a_k[4], a_q[4], bb[2][2];
-        ldsm_a(a_q, qs, ldk, 16 * I, k0);
-        ldsm_b_n(bb, ks, ldk, k0, 16 * J);
-        if constexpr (DELTA) {  // K Kᵀ: the delta rule's only
-          ldsm_a(a_k, ks, ldk, 16 * I, k0);
-          mma16<T>(ak[0], a_k, bb[0]);
-          mma16<T>(ak[1], a_k, bb[1]);
-        }
-        mma16<T>(aq[0], a_q, bb[0]);
-        mma16<T>(aq[1], a_q, bb[1]);
-      }
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int i = 16 * I + g + 8 * hh;
-        const float gi = gam[i], bi = bet[i] * rk[i], si = p.scale * rq[i];
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-          const int j = 16 * J + 8 * ni + 2 * t;
-          const float d0 = j <= i ? __expf(gi - gam[j]) * rk[j] : 0.f;
-          const float d1 = j + 1 <= i ? __expf(gi - gam[j + 1]) * rk[j + 1] : 0.f;
-          if (j < i) Akk[i * kLdA + j] = bi * d0 * ak[ni][2 * hh];
-          if (j + 1 < i) Akk[i * kLdA + j + 1] = bi * d1 * ak[ni][2 * hh + 1];
-          store2<T>(Aout + i * kC + j, si * d0 * aq[ni][2 * hh], si * d1 * aq[ni][2 * hh + 1]);
-        }
-      }
-    }
-  } else if constexpr (kIs16<T>) {
-    // 16-bit vector gate: per row block, the decayed operands are computed once (one exp per
-    // element) into shared memory and the products read them with ldmatrix.
-    T* Ast = reinterpret_cast<T*>(smem + L.mbuf);  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
-    T* Bst = reinterpret_cast<T*>(smem + L.tinv);  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
-    const int lq = lk - 2;                         // log2 (K / 4)
-    for (int I = 0; I < 4; ++I) {
-      const int r = 16 * I, nb = r + 16;
-      const float* gr = gam + r * ldg;
-      // A thread keeps one 4-wide column slot d for every row it stages (kPrepThreads is a multiple
-      // of K / 4), so the reference row's gates are loaded once per row block, and the B rows and
-      // the A rows run as two loops without a per-element branch.
-      const int d = (tid & ((1 << lq) - 1)) << 2;
-      const int rstep = kPrepThreads >> lq;
-      const float4 gref = *reinterpret_cast<const float4*>(gr + d);
-      for (int j = tid >> lq; j < nb; j += rstep) {  // B rows: k̂_j e^{γ_r-γ_j}
-        float x[4];
-        load4(ks + j * ldk + d, x);
-        const float s = rk[j];
-        const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
-        x[0] *= s * __expf(gref.x - b.x);
-        x[1] *= s * __expf(gref.y - b.y);
-        x[2] *= s * __expf(gref.z - b.z);
-        x[3] *= s * __expf(gref.w - b.w);
-        store4(Bst + j * ldk + d, x);
-      }
-      for (int ii = tid >> lq; ii < 32; ii += rstep) {  // A rows: k̂_i e^{γ_i-γ_r} (ii < 16), then q̂_i
-        const int i = r + (ii & 15);
-        float x[4];
-        float s;
-        if (ii < 16) {
-          load4(ks + i * ldk + d, x);
-          s = rk[i];
-        } else {
-          if (i < qrows) load4(qsrc + static_cast<int64_t>(i) * ldq + d, x);
-          else x[0] = x[1] = x[2] = x[3] = 0.f;
-          s = rq[i];
-        }
-        const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
-        x[0] *= s * __expf(a.x - gref.x);
-        x[1] *= s * __expf(a.y - gref.y);
-        x[2] *= s * __expf(a.z - gref.z);
-        x[3] *= s * __expf(a.w - gref.w);
-        store4(Ast + ii * ldk + d, x);
-      }
-      __syncthreads();
-      for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {
-        const int mat = job & 1, cb = job >> 1;
-        if (cb == I && wide[I]) continue;
-        if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
-        float acc[2][4];
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
-        const T* Ap = Ast + mat * 16 * ldk;
-#pragma unroll 2
-        for (int k0 = 0; k0 < K; k0 += 16) {
-          uint32_t a[4], b[2][2];
-          ldsm_a(a, Ap, ldk, 0, k0);
-          ldsm_b_n(b, Bst, ldk, k0, 16 * cb);
-          mma16<T>(acc[0], a, b[0]);
-          mma16<T>(acc[1], a, b[1]);
-        }
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int i = r + g + 8 * hh, j = 16 * cb + 8 * ni + 2 * t;
-            const float v0 = acc[ni][2 * hh], v1 = acc[ni][2 * hh + 1];
-            if (mat == 0) {
-              if (j < i) Akk[i * kLdA + j] = bet[i] * v0;
-              if (j + 1 < i) Akk[i * kLdA + j + 1] = bet[i] * v1;
-            } else {  // the whole block, zeros above the diagonal
-              store2<T>(Aout + i * kC + j, j <= i ? p.scale * v0 : 0.f, j + 1 <= i ? p.scale * v1 : 0.f);
-            }
-          }
-      }
-      __syncthreads();  // staging buffers reused by the next row block
-    }
-  } else {
+  // K Kᵀ / Q Kᵀ with the decayed operands formed per MMA fragment (float32 at K = 256 with the
+  // vector gate, and the float32 scalar gate): 40 jobs of one 16x8 tile
+  auto products_per_fragment = [&]() {
   for (int job = warp; job < 40; job += kPrepThreads / 32) {
     const int I = job < 4 ? 0 : (job < 12 ? 1 : (job < 24 ? 2 : 3));
     const int rem = job - (I == 0 ? 0 : (I == 1 ? 4 : (I == 2 ? 12 : 24)));
@@ -509,6 +399,140 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       }
     }
   }
+  };
+  if constexpr (kIs16<T> && !VEC) {
+    // 16-bit scalar gate: plain k Kᵀ and q Kᵀ from the raw rows (ldmatrix), the norms, β, scale and
+    // the decay exp(γ_i - γ_j) (<= 1) applied to the products. Warp = one 16x16 block (I, J <= I)
+    // of both products (shared B fragments); 10 blocks.
+    const int g = lane >> 2, t = lane & 3;
+    for (int b = warp; b < 10; b += kPrepThreads / 32) {
+      const int I = b < 1 ? 0 : (b < 3 ? 1 : (b < 6 ? 2 : 3));
+      const int J = b - I * (I + 1) / 2;
+      float ak[2][4], aq[2][4];
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ak[ni][e] = aq[ni][e] = 0.f;
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a_k[4], a_q[4], bb[2][2];
+        ldsm_a(a_q, qs, ldk, 16 * I, k0);
+        ldsm_b_n(bb, ks, ldk, k0, 16 * J);
+        if constexpr (DELTA) {  // K Kᵀ: the delta rule's only
+          ldsm_a(a_k, ks, ldk, 16 * I, k0);
+          mma16<T>(ak[0], a_k, bb[0]);
+          mma16<T>(ak[1], a_k, bb[1]);
+        }
+        mma16<T>(aq[0], a_q, bb[0]);
+        mma16<T>(aq[1], a_q, bb[1]);
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = 16 * I + g + 8 * hh;
+        const float gi = gam[i], bi = bet[i] * rk[i], si = p.scale * rq[i];
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int j = 16 * J + 8 * ni + 2 * t;
+          const float d0 = j <= i ? __expf(gi - gam[j]) * rk[j] : 0.f;
+          const float d1 = j + 1 <= i ? __expf(gi - gam[j + 1]) * rk[j + 1] : 0.f;
+          if (j < i) Akk[i * kLdA + j] = bi * d0 * ak[ni][2 * hh];
+          if (j + 1 < i) Akk[i * kLdA + j + 1] = bi * d1 * ak[ni][2 * hh + 1];
+          store2<T>(Aout + i * kC + j, si * d0 * aq[ni][2 * hh], si * d1 * aq[ni][2 * hh + 1]);
+        }
+      }
+    }
+  } else if constexpr (VEC) {
+   if (kIs16<T> || L.fst_b >= 0) {
+    // vector gate: per row block, the decayed operands are computed once (one exp per element)
+    // into shared memory; the 16-bit products read them with ldmatrix, float32 ones (3xTF32) with
+    // conflict-free fragment loads (row stride K + 4 floats)
+    T* Ast = reinterpret_cast<T*>(smem + (kIs16<T> ? L.mbuf : L.fst_a));  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
+    T* Bst = reinterpret_cast<T*>(smem + (kIs16<T> ? L.tinv : L.fst_b));  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
+    const int lq = lk - 2;                         // log2 (K / 4)
+    for (int I = 0; I < 4; ++I) {
+      const int r = 16 * I, nb = r + 16;
+      const float* gr = gam + r * ldg;
+      // A thread keeps one 4-wide column slot d for every row it stages (kPrepThreads is a multiple
+      // of K / 4), so the reference row's gates are loaded once per row block, and the B rows and
+      // the A rows run as two loops without a per-element branch.
+      const int d = (tid & ((1 << lq) - 1)) << 2;
+      const int rstep = kPrepThreads >> lq;
+      const float4 gref = *reinterpret_cast<const float4*>(gr + d);
+      for (int j = tid >> lq; j < nb; j += rstep) {  // B rows: k̂_j e^{γ_r-γ_j}
+        float x[4];
+        load4(ks + j * ldk + d, x);
+        const float s = rk[j];
+        const float4 b = *reinterpret_cast<const float4*>(gam + j * ldg + d);
+        x[0] *= s * __expf(gref.x - b.x);
+        x[1] *= s * __expf(gref.y - b.y);
+        x[2] *= s * __expf(gref.z - b.z);
+        x[3] *= s * __expf(gref.w - b.w);
+        store4(Bst + j * ldk + d, x);
+      }
+      for (int ii = tid >> lq; ii < 32; ii += rstep) {  // A rows: k̂_i e^{γ_i-γ_r} (ii < 16), then q̂_i
+        const int i = r + (ii & 15);
+        float x[4];
+        float s;
+        if (ii < 16) {
+          load4(ks + i * ldk + d, x);
+          s = rk[i];
+        } else {
+          if (i < qrows) load4(qsrc + static_cast<int64_t>(i) * ldq + d, x);
+          else x[0] = x[1] = x[2] = x[3] = 0.f;
+          s = rq[i];
+        }
+        const float4 a = *reinterpret_cast<const float4*>(gam + i * ldg + d);
+        x[0] *= s * __expf(a.x - gref.x);
+        x[1] *= s * __expf(a.y - gref.y);
+        x[2] *= s * __expf(a.z - gref.z);
+        x[3] *= s * __expf(a.w - gref.w);
+        store4(Ast + ii * ldk + d, x);
+      }
+      __syncthreads();
+      for (int job = warp; job < 2 * (I + 1); job += kPrepThreads / 32) {
+        const int mat = job & 1, cb = job >> 1;
+        if (cb == I && wide[I]) continue;
+        if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
+        float acc[2][4];
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
+        const T* Ap = Ast + mat * 16 * ldk;
+        if constexpr (kIs16<T>) {
+#pragma unroll 2
+          for (int k0 = 0; k0 < K; k0 += 16) {
+            uint32_t a[4], b[2][2];
+            ldsm_a(a, Ap, ldk, 0, k0);
+            ldsm_b_n(b, Bst, ldk, k0, 16 * cb);
+            mma16<T>(acc[0], a, b[0]);
+            mma16<T>(acc[1], a, b[1]);
+          }
+        } else {
+          mma16x16_f32<true, true>(acc, Ap, ldk, Bst + 16 * cb * ldk, ldk, K);
+        }
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = r + g + 8 * hh, j = 16 * cb + 8 * ni + 2 * t;
+            const float v0 = acc[ni][2 * hh], v1 = acc[ni][2 * hh + 1];
+            if (mat == 0) {
+              if (j < i) Akk[i * kLdA + j] = bet[i] * v0;
+              if (j + 1 < i) Akk[i * kLdA + j + 1] = bet[i] * v1;
+            } else {  // the whole block, zeros above the diagonal
+              store2<T>(Aout + i * kC + j, j <= i ? p.scale * v0 : 0.f, j + 1 <= i ? p.scale * v1 : 0.f);
+            }
+          }
+      }
+      __syncthreads();  // staging buffers reused by the next row block
+    }
+   } else {
+    products_per_fragment();
+   }
+  } else {
+    products_per_fragment();
   }
   // ---- 3b. "wide" diagonal blocks (vector gate): exact per-element decay exp(γ_i - γ_j), j <= i;
   // zeros above their diagonal in Aqk

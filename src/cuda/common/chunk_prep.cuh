@@ -23,7 +23,7 @@ __host__ __device__ constexpr int pad_elems() { return 16 / static_cast<int>(siz
 // (vec = false) keeps one cumulative gate per token instead of [64][K], and, for 16-bit types,
 // always keeps q in shared memory (its products read q̂ and k̂ directly, no staging buffers).
 struct PrepSmem {
-  int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, fst_a, fst_b, total;
+  int gam, ks, qs, akk, tinv, mbuf, beta, rk, rq, wide, total;
   __host__ __device__ PrepSmem(int K, int esize, bool q_in_smem, bool vec = true) {
     const int ldg = K + 4, ldk = K + 16 / esize;
     if (!vec && esize == 2) q_in_smem = true;
@@ -43,14 +43,6 @@ struct PrepSmem {
     rk = o; o += kC * 4;
     rq = o; o += kC * 4;
     wide = o; o += 16;
-    // float32 vector gate, K <= 128: the decayed K Kᵀ / Q Kᵀ operands staged in float32 (A: [32][ldk],
-    // B: [64][ldk]); the 16-bit types stage in tinv / mbuf instead, and at K = 256 float32 does
-    // not fit: it forms them per fragment
-    fst_a = fst_b = -1;
-    if (esize == 4 && vec && K <= 128) {
-      fst_a = o; o += 32 * ldk * 4;
-      fst_b = o; o += kC * ldk * 4;
-    }
     total = o;
   }
 };
@@ -58,8 +50,7 @@ struct PrepSmem {
 // acc (16x16, two m16n8 C fragments) += A[16 x kdim] B[kdim x 16], float32 operands in shared memory
 // (A row-major A[m * lda + k], B row-major B[k * ldb + n]) on the TF32 tensor cores; SPLIT: 3xTF32
 // (big*big + big*small + small*big), close to float32 accuracy.
-// BN: B stored n-major instead (B(k, n) at B[n * ldb + k]).
-template <bool SPLIT, bool BN = false>
+template <bool SPLIT>
 __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb,
                                              int kdim) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -74,8 +65,7 @@ __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A,
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
-      const float xb[2] = {BN ? B[(8 * ni + g) * ldb + k0 + t] : B[(k0 + t) * ldb + 8 * ni + g],
-                           BN ? B[(8 * ni + g) * ldb + k0 + t + 4] : B[(k0 + t + 4) * ldb + 8 * ni + g]};
+      const float xb[2] = {B[(k0 + t) * ldb + 8 * ni + g], B[(k0 + t + 4) * ldb + 8 * ni + g]};
       uint32_t bb[2], bs[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -345,61 +335,6 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // column blocks 0..I. Row block I uses the reference token r = 16 I: row factor exp(γ_i - γ_r) <= 1
   // (i >= r); column factor exp(γ_r - γ_j) <= 1 for j < r (no overflow for any g <= 0) and
   // <= exp(spread) on the diagonal block (checked above).
-  // K Kᵀ / Q Kᵀ with the decayed operands formed per MMA fragment (float32 at K = 256 with the
-  // vector gate, and the float32 scalar gate): 40 jobs of one 16x8 tile
-  auto products_per_fragment = [&]() {
-  for (int job = warp; job < 40; job += kPrepThreads / 32) {
-    const int I = job < 4 ? 0 : (job < 12 ? 1 : (job < 24 ? 2 : 3));
-    const int rem = job - (I == 0 ? 0 : (I == 1 ? 4 : (I == 2 ? 12 : 24)));
-    const int mat = rem & 1, nt = rem >> 1;
-    const bool diag = nt >= 2 * I;
-    if (diag && wide[I]) continue;
-    if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
-    const int r = 16 * I;
-    float acc[1][1][4];
-    zero_acc(acc);
-    if constexpr (!VEC) {  // scalar gate: plain products, decay exp(γ_i - γ_j) (<= 1) applied after
-      auto kraw = [&](int d, int j) -> float { return to_f(ks[j * ldk + d]) * rk[j]; };
-      if (mat == 0) {
-        auto afun = [&](int i, int d) -> float { return to_f(ks[i * ldk + d]) * rk[i]; };
-        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
-      } else {
-        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i]; };
-        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
-      }
-      const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
-        if (j <= i) acc[0][0][e] *= __expf(gam[i] - gam[j]);
-      }
-    } else {
-      const float* gr = gam + r * ldg;
-      auto bfun = [&](int d, int j) -> float {
-        return to_f(ks[j * ldk + d]) * rk[j] * __expf(gr[d] - gam[j * ldg + d]);
-      };
-      if (mat == 0) {
-        auto afun = [&](int i, int d) -> float {
-          return to_f(ks[i * ldk + d]) * rk[i] * __expf(gam[i * ldg + d] - gr[d]);
-        };
-        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
-      } else {
-        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i] * __expf(gam[i * ldg + d] - gr[d]); };
-        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
-      }
-    }
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
-      if (mat == 0) {
-        if (j < i) Akk[i * kLdA + j] = bet[i] * acc[0][0][e];
-      } else if (j <= i) {
-        Aout[i * kC + j] = from_f<T>(p.scale * acc[0][0][e]);
-      }
-    }
-  }
-  };
   if constexpr (kIs16<T> && !VEC) {
     // 16-bit scalar gate: plain k Kᵀ and q Kᵀ from the raw rows (ldmatrix), the norms, β, scale and
     // the decay exp(γ_i - γ_j) (<= 1) applied to the products. Warp = one 16x16 block (I, J <= I)
@@ -441,13 +376,11 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         }
       }
     }
-  } else if constexpr (VEC) {
-   if (kIs16<T> || L.fst_b >= 0) {
-    // vector gate: per row block, the decayed operands are computed once (one exp per element)
-    // into shared memory; the 16-bit products read them with ldmatrix, float32 ones (3xTF32) with
-    // conflict-free fragment loads (row stride K + 4 floats)
-    T* Ast = reinterpret_cast<T*>(smem + (kIs16<T> ? L.mbuf : L.fst_a));  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
-    T* Bst = reinterpret_cast<T*>(smem + (kIs16<T> ? L.tinv : L.fst_b));  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
+  } else if constexpr (kIs16<T>) {
+    // 16-bit vector gate: per row block, the decayed operands are computed once (one exp per
+    // element) into shared memory and the products read them with ldmatrix.
+    T* Ast = reinterpret_cast<T*>(smem + L.mbuf);  // [32][ldk]: k̂_i e^{γ_i-γ_r}, then q̂_i e^{γ_i-γ_r}
+    T* Bst = reinterpret_cast<T*>(smem + L.tinv);  // [64][ldk]: k̂_j e^{γ_r-γ_j}, j < r + 16
     const int lq = lk - 2;                         // log2 (K / 4)
     for (int I = 0; I < 4; ++I) {
       const int r = 16 * I, nb = r + 16;
@@ -499,17 +432,13 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
         const T* Ap = Ast + mat * 16 * ldk;
-        if constexpr (kIs16<T>) {
 #pragma unroll 2
-          for (int k0 = 0; k0 < K; k0 += 16) {
-            uint32_t a[4], b[2][2];
-            ldsm_a(a, Ap, ldk, 0, k0);
-            ldsm_b_n(b, Bst, ldk, k0, 16 * cb);
-            mma16<T>(acc[0], a, b[0]);
-            mma16<T>(acc[1], a, b[1]);
-          }
-        } else {
-          mma16x16_f32<true, true>(acc, Ap, ldk, Bst + 16 * cb * ldk, ldk, K);
+        for (int k0 = 0; k0 < K; k0 += 16) {
+          uint32_t a[4], b[2][2];
+          ldsm_a(a, Ap, ldk, 0, k0);
+          ldsm_b_n(b, Bst, ldk, k0, 16 * cb);
+          mma16<T>(acc[0], a, b[0]);
+          mma16<T>(acc[1], a, b[1]);
         }
         const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -528,11 +457,58 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       }
       __syncthreads();  // staging buffers reused by the next row block
     }
-   } else {
-    products_per_fragment();
-   }
   } else {
-    products_per_fragment();
+  for (int job = warp; job < 40; job += kPrepThreads / 32) {
+    const int I = job < 4 ? 0 : (job < 12 ? 1 : (job < 24 ? 2 : 3));
+    const int rem = job - (I == 0 ? 0 : (I == 1 ? 4 : (I == 2 ? 12 : 24)));
+    const int mat = rem & 1, nt = rem >> 1;
+    const bool diag = nt >= 2 * I;
+    if (diag && wide[I]) continue;
+    if (mat == 0 && !DELTA) continue;  // K Kᵀ: the delta rule's only
+    const int r = 16 * I;
+    float acc[1][1][4];
+    zero_acc(acc);
+    if constexpr (!VEC) {  // scalar gate: plain products, decay exp(γ_i - γ_j) (<= 1) applied after
+      auto kraw = [&](int d, int j) -> float { return to_f(ks[j * ldk + d]) * rk[j]; };
+      if (mat == 0) {
+        auto afun = [&](int i, int d) -> float { return to_f(ks[i * ldk + d]) * rk[i]; };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
+      } else {
+        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i]; };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(kraw), r, 8 * nt, 0, K);
+      }
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
+        if (j <= i) acc[0][0][e] *= __expf(gam[i] - gam[j]);
+      }
+    } else {
+      const float* gr = gam + r * ldg;
+      auto bfun = [&](int d, int j) -> float {
+        return to_f(ks[j * ldk + d]) * rk[j] * __expf(gr[d] - gam[j * ldg + d]);
+      };
+      if (mat == 0) {
+        auto afun = [&](int i, int d) -> float {
+          return to_f(ks[i * ldk + d]) * rk[i] * __expf(gam[i * ldg + d] - gr[d]);
+        };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+      } else {
+        auto afun = [&](int i, int d) -> float { return qraw(i, d) * rq[i] * __expf(gam[i * ldg + d] - gr[d]); };
+        warp_mma<T, 1, 1>(acc, fn_op<T>(afun), fn_opk<T>(bfun), r, 8 * nt, 0, K);
+      }
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r + g + (e >= 2 ? 8 : 0), j = 8 * nt + 2 * t + (e & 1);
+      if (mat == 0) {
+        if (j < i) Akk[i * kLdA + j] = bet[i] * acc[0][0][e];
+      } else if (j <= i) {
+        Aout[i * kC + j] = from_f<T>(p.scale * acc[0][0][e]);
+      }
+    }
+  }
   }
   // ---- 3b. "wide" diagonal blocks (vector gate): exact per-element decay exp(γ_i - γ_j), j <= i;
   // zeros above their diagonal in Aqk

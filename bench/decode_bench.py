@@ -65,7 +65,7 @@ def graph_time(fn, reps=20, rounds=15) -> float:
     return statistics.median(ts)
 
 
-def make(family, N, T, pool_dtype, H=32, K=128, V=128, spec=False):
+def make(family, N, T, pool_dtype, H=32, K=128, V=128, spec=False, v_first=False):
     dev = "cuda"
     q = torch.randn(N, T, H, K, device=dev, dtype=torch.bfloat16)
     k = torch.randn(N, T, H, K, device=dev, dtype=torch.bfloat16)
@@ -80,7 +80,7 @@ def make(family, N, T, pool_dtype, H=32, K=128, V=128, spec=False):
     else:
         idx = torch.randperm(P, device=dev)[:N].to(torch.int32)
         acc = None
-    return dict(q=q, k=k, v=v, g=g, beta=beta, pool=pool, idx=idx, acc=acc)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, pool=pool, idx=idx, acc=acc, v_first=v_first)
 
 
 def ours(family, x):
@@ -90,14 +90,18 @@ def ours(family, x):
     if family == "kda":
         return lambda: linattn.fused_recurrent_kda(
             x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["pool"], ssm_state_indices=x["idx"],
-            num_accepted_tokens=x["acc"], inplace_final_state=True, use_qk_l2norm_in_kernel=True, out=out)
+            num_accepted_tokens=x["acc"], inplace_final_state=True, use_qk_l2norm_in_kernel=True, out=out,
+            state_v_first=x["v_first"])
     return lambda: linattn.fused_recurrent_gated_delta_rule(
         x["q"], x["k"], x["v"], g=x["g"], beta=x["beta"], initial_state=x["pool"], ssm_state_indices=x["idx"],
-        num_accepted_tokens=x["acc"], inplace_final_state=True, use_qk_l2norm_in_kernel=True, out=out)
+        num_accepted_tokens=x["acc"], inplace_final_state=True, use_qk_l2norm_in_kernel=True, out=out,
+        state_v_first=x["v_first"])
 
 
 def fla_call(family, x):
     """FLA's kernel for the same step, or None where FLA has no such call."""
+    if x["v_first"]:
+        return None  # the [V, K] rows: ours only (not compared)
     if family == "kda":
         from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
@@ -151,9 +155,12 @@ def main():
             for N in [int(b) for b in args.batches.split(",")]:
                 cases.append((fam, pd, N, 1, False))
             cases.append((fam, pd, 256, 4, True))
-    for fam, pd, N, T, spec in cases:
+            cases.append((fam, pd, 256, 1, False, True))  # state_v_first ([V, K] state)
+    for case in cases:
+        fam, pd, N, T, spec = case[:5]
+        vf = len(case) > 5 and case[5]
         torch.manual_seed(0)
-        x = make(fam, N, T, pd, spec=spec)
+        x = make(fam, N, T, pd, spec=spec, v_first=vf)
         t_ours = graph_time(ours(fam, x))
         f = fla_call(fam, x)
         t_fla = None
@@ -164,11 +171,12 @@ def main():
                 print(f"FLA failed: {fam} {N}: {e}", flush=True)
         nbytes = state_bytes(x, N, T if spec else 1)
         row = dict(family=fam, pool=str(pd).replace("torch.", ""), batch=N, T=T, speculative=spec,
+                   layout="[V, K]" if vf else "[K, V]",
                    ours_us=t_ours * 1e6, fla_us=None if t_fla is None else t_fla * 1e6, bytes=nbytes,
                    ours_gbs=nbytes / t_ours / 1e9, frac_copy=nbytes / t_ours / bw,
                    fla_over_ours=None if t_fla is None else t_fla / t_ours)
         rows.append(row)
-        print(f"{fam:4s} {row['pool']:9s} N={N:5d} T={T} ours {row['ours_us']:8.2f} us "
+        print(f"{fam:4s} {row['pool']:9s} {row['layout']} N={N:5d} T={T} ours {row['ours_us']:8.2f} us "
               f"({row['ours_gbs']:7.1f} GB/s, {100 * row['frac_copy']:5.1f}% of copy)  FLA "
               f"{'—' if t_fla is None else '%8.2f us' % (t_fla * 1e6)}  "
               f"{'' if t_fla is None else '%5.2fx' % (t_fla / t_ours)}", flush=True)
@@ -186,16 +194,16 @@ def main():
         "each call captured in a CUDA graph, median replay time. Bytes: states read once and written "
         "once (per kept token with T = 4 speculative), plus the token inputs and o. FLA's GDN has no "
         "state pool: it reads the batch's states and writes new float32 ones (same state count); "
-        "no accepted-token form (—).",
+        "no accepted-token form (—); the [V, K] (state_v_first) rows are ours only, not compared (—).",
         "",
-        "| family | pool | batch | T | ours µs | FLA µs | FLA / ours | ours GB/s | % of copy |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| family | pool | state | batch | T | ours µs | FLA µs | FLA / ours | ours GB/s | % of copy |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         fla_us = "—" if r["fla_us"] is None else "%.2f" % r["fla_us"]
         ratio = "—" if r["fla_over_ours"] is None else "%.2f×" % r["fla_over_ours"]
         t = str(r["T"]) + (" (accepted)" if r["speculative"] else "")
-        lines.append(f"| {r['family']} | {r['pool']} | {r['batch']} | {t} | {r['ours_us']:.2f} | {fla_us} | "
+        lines.append(f"| {r['family']} | {r['pool']} | {r['layout']} | {r['batch']} | {t} | {r['ours_us']:.2f} | {fla_us} | "
                      f"{ratio} | {r['ours_gbs']:.0f} | {100 * r['frac_copy']:.0f}% |")
     with open(os.path.join(args.out, "DECODE.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")

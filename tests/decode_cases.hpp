@@ -333,9 +333,9 @@ inline std::vector<DecodeConfig> decode_configs() {
     }
   }
   // The whole-head CUDA kernel (src/cuda/decode/recurrent_decode_head.cuh, sm_90+): K = V = 128,
-  // [K, V]. A float32 pool at any length (varlen with an empty and a 16-token sequence, or T = 3),
-  // a bfloat16 pool at T = 1; the three destinations, padding, no initial state, each family, gate
-  // and beta form, GVA, every q/k/v dtype.
+  // both state layouts. A float32 pool at any length (varlen with an empty and a 16-token sequence,
+  // or T = 3) and with per-token indices (speculative), a bfloat16 pool at T = 1; the three
+  // destinations, padding, no initial state, each family, gate and beta form, GVA, every q/k/v dtype.
   {
     int i = 0;
     for (DType st : {DType::kFloat32, DType::kBFloat16}) {
@@ -373,10 +373,25 @@ inline std::vector<DecodeConfig> decode_configs() {
           c.beta_sigmoid = i % 3 == 1;
           c.neg_eig = i % 7 == 3;
           c.l2norm = i % 6 != 5;
+          c.v_first = i % 3 == 2;
           add(c);
           ++i;
         }
       }
+    }
+    for (Family f : {Family::kKDA, Family::kGDN, Family::kGLA}) {  // speculative: per-token indices
+      DecodeConfig c;
+      c.family = f;
+      c.K = c.V = 128;
+      c.lens = {4, 3, 0, 4, 2};
+      c.varlen = true;
+      c.pool = Pool::kIndices2D;
+      c.t_max = 4;
+      c.accepted = true;
+      c.padding = true;
+      c.v_first = f == Family::kGDN;
+      c.beta_per_v = f == Family::kKDA;
+      add(c);
     }
   }
   // One token per sequence at a fixed length in the [K, V] layout: the tiled kernel's fast path

@@ -14,15 +14,15 @@ namespace {
 bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
 // The whole-head kernel (recurrent_decode_head.cuh) where it applies: sm_90+, the fast path's
-// aligned [K, V] pieces with K = V = 128, no per-token state indices, every state slot (and the
-// final_state it writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a
-// bfloat16 pool one token per sequence.
+// aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
+// writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a bfloat16 pool one
+// token per sequence (so no per-token state indices either).
 bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool fast, bool st_bf16, int device) {
   const detail::Problem& pr = d.p;
-  if (!fast || pr.opt.state_v_first || pr.K != recurrent::kHeadK || pr.V != recurrent::kHeadV || d.indices_2d) return false;
+  if (!fast || pr.K != recurrent::kHeadK || pr.V != recurrent::kHeadV) return false;
   const int64_t es = st_bf16 ? 2 : 4;
   if (d.has_state && (!aligned(p.state, 16) || (d.state_stride * es) % 16 != 0)) return false;
-  if (st_bf16 && (pr.varlen || pr.T != 1)) return false;
+  if (st_bf16 && (pr.varlen || pr.T != 1 || d.indices_2d)) return false;
   if (!d.inplace && d.has_final &&
       (d.final_dtype != (st_bf16 ? DType::kBFloat16 : DType::kFloat32) || !aligned(p.final_state, 16))) {
     return false;

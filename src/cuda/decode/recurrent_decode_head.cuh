@@ -6,13 +6,14 @@
 // per SM, not instructions, bound it at 87% of the copy bandwidth (docs/decode.md). The per-token
 // work (staging, gate transform, l2 norms) runs once a head instead of once per 32-column tile.
 //
-// Applies (decode_launch.cu, `head_form`) on sm_90+ to the [K, V] layout with K = V = 128, every
-// piece aligned (the fast path), a state slot of whole 16-byte pieces, and:
-//   - a float32 pool: any number of tokens (the state stays float32 in shared memory);
+// Applies (decode_launch.cu, `head_form`) on sm_90+ with K = V = 128, every piece aligned (the
+// fast path), a state slot of whole 16-byte pieces, either state layout, and:
+//   - a float32 pool: any number of tokens (the state stays float32 in shared memory), per-token
+//     state indices included (speculative decoding: a bulk store of the state after each token
+//     whose write slot is not padding);
 //   - a bfloat16 pool: one token per sequence (fixed length T = 1: the state is read, updated and
 //     written once, so keeping it bfloat16 in shared memory rounds exactly where the tiled kernel
-//     does);
-//   - no per-token state indices (speculative decoding writes a state per token: the tiled kernel).
+//     does).
 // The new state goes to its pool slot (in place), to final_state when that has the pool's dtype, or
 // nowhere. Semantics, flags and skips are the tiled kernel's (the shared prologue helpers).
 #pragma once
@@ -42,9 +43,12 @@ struct HeadSmem {
 template <typename ST>
 constexpr int head_min_blocks() { return sizeof(ST) == 4 ? 3 : 4; }
 
-// lane l: columns 4l .. 4l + 3 of every row; warp w: rows 16w .. 16w + 15. The reduction over K
-// is in-thread over the warp's rows, then over the 8 warps in a fixed order (deterministic).
-template <typename IO, typename ST>
+// [K, V]: lane l holds columns 4l .. 4l + 3 of every row, warp w rows 16w .. 16w + 15; the reduction
+// over K is in-thread over the warp's rows, then over the 8 warps in a fixed order.
+// [V, K] (VFirst): lane l holds K entries 4l .. 4l + 3, warp w the V rows 16w .. 16w + 15; a row's
+// reduction over K is a warp's shuffle sum, and each row is read, updated and written in one pass
+// (no barrier between the passes). Both orders are fixed: deterministic.
+template <typename IO, typename ST, bool VFirst>
 __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent_decode_head_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -105,6 +109,9 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
     if (t > 0) {
+      // a per-token state store (speculative decoding) has read shared memory before anyone
+      // rewrites it
+      if (p.indices_2d && tid == 0) cute::tma_store_wait<0>();
       __syncthreads();  // the previous token's readers of the staged inputs and partials are done
       request(tok);
     }
@@ -132,6 +139,35 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
     const float qk = nn.z * qs * rk;
     if (t == 0 && p.has_state) cutlass::arch::ClusterTransactionBarrier::wait(&s.bar, 0);
 
+    if constexpr (VFirst) {
+      // ---- each V row in one pass: a_v, b_v by the warp's shuffle sums, then S_v = S'_v + u_v k
+      const float4 kq = *reinterpret_cast<const float4*>(s.sk + c0);
+      const float4 qq = *reinterpret_cast<const float4*>(s.sq + c0);
+      const float4 ee = *reinterpret_cast<const float4*>(s.se + c0);
+      float o_row = 0.f;
+#pragma unroll 4
+      for (int i = 0; i < kRows; ++i) {
+        const int vr = r0 + i;
+        ST* at = s.state + vr * K + c0;
+        float4 x = load_piece(at);
+        float a = 0.f, b = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          f4(x, j) *= f4(ee, j);
+          a += f4(kq, j) * f4(x, j);
+          b += f4(qq, j) * f4(x, j);
+        }
+        a = group_sum<32>(a);
+        b = group_sum<32>(b);
+        const float u = p.delta ? s.sb[vr] * (s.sv[vr] - a * rk) : s.sv[vr];
+        if (lane == i) o_row = b * qs + qk * u;
+        const float ku = rk * u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) f4(x, j) += f4(kq, j) * ku;
+        store_piece(at, x);
+      }
+      if (lane < kRows) o[(tok * p.HV + hv) * V + r0 + lane] = from_f<IO>(o_row);
+    } else {
     // ---- pass 1: a = S'^T k, b = S'^T q over this thread's rows and columns
     float a[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -187,6 +223,25 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
         store_piece(at, x);
       }
     }
+    }
+    // ---- speculative decoding: the state after token t to slot idx[n, t] (negative: not kept)
+    if (p.indices_2d) {
+      const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
+      if (w >= p.pool_slots) {
+        if (tid == 0 && p.status) atomicOr(p.status, 1);
+      } else if (w >= 0) {
+        cute::tma_store_fence();
+        __syncthreads();
+        if (tid == 0) {
+          cute::SM90_BULK_COPY_S2G::copy(s.state, static_cast<ST*>(p.state) + w * p.state_stride + hv * KV, kStateBytes);
+          cute::tma_store_arrive();
+        }
+      }
+    }
+  }
+  if (p.indices_2d) {
+    if (tid == 0) cute::tma_store_wait<0>();  // shared memory must outlive the copies' reads
+    return;
   }
 
   // ---- the new state out: one bulk store from shared memory
@@ -209,9 +264,9 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
 }
 
 // One launch of the head kernel (the caller checked head_form).
-template <typename IO, typename ST>
+template <typename IO, typename ST, bool VFirst>
 cudaError_t launch_head_t(const Params& p, cudaStream_t stream) {
-  auto kernel = recurrent_decode_head_kernel<IO, ST>;
+  auto kernel = recurrent_decode_head_kernel<IO, ST, VFirst>;
   constexpr int smem = static_cast<int>(sizeof(HeadSmem<ST>));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -225,7 +280,8 @@ template <typename IO>
 cudaError_t launch_form(const Params& p, int st_bf16, bool v_first, int kb, bool fast, DecodeForm form,
                         cudaStream_t stream) {
   if (form == DecodeForm::kHead) {
-    return st_bf16 ? launch_head_t<IO, __nv_bfloat16>(p, stream) : launch_head_t<IO, float>(p, stream);
+    if (v_first) return st_bf16 ? launch_head_t<IO, __nv_bfloat16, true>(p, stream) : launch_head_t<IO, float, true>(p, stream);
+    return st_bf16 ? launch_head_t<IO, __nv_bfloat16, false>(p, stream) : launch_head_t<IO, float, false>(p, stream);
   }
   return launch_io<IO>(p, st_bf16, v_first, kb, fast, form == DecodeForm::kWide, stream);
 }

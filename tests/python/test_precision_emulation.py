@@ -103,3 +103,16 @@ def test_bf16_rounds_to_nearest_even():
     assert emu.bf16(1 + one_ulp / 2) == 1.0  # tie, to even
     assert emu.bf16(1 + 3 * one_ulp / 2) == 1 + 2 * one_ulp  # tie, to even
     assert emu.bf16(1 + 0.6 * one_ulp) == 1 + one_ulp
+
+
+def test_tf32x3_operand_models():
+    """The float32 form's 3xTF32 operand models: big + small within 2^-22 (rounded big) and 2^-21
+    (truncated big, branch tf32-split) of the float32 value, exact on TF32 values, signs kept."""
+    r = np.random.default_rng(3).standard_normal(20000).astype(np.float32).astype(np.float64)
+    r = np.concatenate([r, r * 1e-30, r * 1e30, [0.0, 1.0, -2.5]])
+    for fn, bound in ((emu.tf32x3, 2.0**-22), (emu.tf32x3t, 2.0**-21)):
+        got = fn(r)
+        assert np.all(np.abs(got - r) <= bound * np.abs(r))
+        assert np.all(np.sign(got) == np.sign(r))
+        exact = emu._tf32_trunc(r)  # already TF32: represented exactly
+        assert np.array_equal(fn(exact), exact)

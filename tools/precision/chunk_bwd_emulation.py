@@ -68,7 +68,35 @@ def fp16(x):
     return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
 
 
+def _tf32_rna(x):
+    """Round float32 values to TF32 (10 mantissa bits), to nearest, ties away (cvt.rna.tf32.f32)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _tf32_trunc(x):
+    u = np.asarray(x, dtype=np.float32).view(np.uint32)
+    return (u & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+def tf32x3(x):
+    """A float32 operand as the 3xTF32 products see it: big + small, big = rna(x), small =
+    rna(x - big) (mma.cuh tf32_bits twice); the small x small product is dropped (second order)."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    big = _tf32_rna(x32)
+    return big + _tf32_rna((x32 - big).astype(np.float32))
+
+
+def tf32x3t(x):
+    """The same with the big part truncated (branch tf32-split: one LOP3 instead of a cvt.rna)."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    big = _tf32_trunc(x32)
+    return big + _tf32_rna((x32 - big).astype(np.float32))
+
+
 ROUNDERS = {"bf16": bf16, "fp16": fp16}
+# how a site's value is rounded: the 16-bit types, or the float32 form's 3xTF32 operands
+SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t)
 
 
 class Rounding:
@@ -79,7 +107,7 @@ class Rounding:
         if unknown:
             raise ValueError(f"unknown sites {sorted(unknown)}; known: {', '.join(SITES)}")
         self.sites = frozenset(sites)
-        self.fn = ROUNDERS[dtype]
+        self.fn = SITE_ROUNDERS[dtype]
 
     def __call__(self, x, site):
         return self.fn(x) if site in self.sites else np.asarray(x, dtype=np.float64)
@@ -499,7 +527,10 @@ def main(argv=None):
     ap.add_argument("--gate", choices=("raw", "softplus", "lowerbound"), default="raw")
     ap.add_argument("--beta-sigmoid", action="store_true")
     ap.add_argument("--cu", help="cu_seqlens, comma separated (default: one sequence of T)")
-    ap.add_argument("--dtype", choices=tuple(ROUNDERS), default="bf16")
+    ap.add_argument("--dtype", choices=tuple(ROUNDERS), default="bf16", help="the inputs' 16-bit type")
+    ap.add_argument("--site-dtype", choices=tuple(SITE_ROUNDERS),
+                    help="how the sites round (default: --dtype); tf32x3 / tf32x3t: the float32 form's "
+                         "3xTF32 operands with the big part rounded / truncated")
     ap.add_argument("--round", default="all",
                     help="all | none | site1,site2 | all,-site (all but site); sites: " + ",".join(SITES))
     ap.add_argument("--gamma", choices=tuple(GAMMA), default="f64",
@@ -515,9 +546,9 @@ def main(argv=None):
     if cu and cu[-1] != a.T:
         ap.error("--cu must end at T")
     prob = make_problem(a.family, a.T, a.K, a.V, a.H, a.gate, a.beta_sigmoid, cu)
-    rnd = Rounding(parse_sites(a.round), a.dtype)
+    rnd = Rounding(parse_sites(a.round), a.site_dtype or a.dtype)
     print(f"{a.family} T={a.T} K={a.K} V={a.V} H={a.H} gate={a.gate} beta_sigmoid={a.beta_sigmoid} "
-          f"dtype={a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'} gamma={a.gamma} f32acc={a.f32acc} dg_pairs={a.dg_pairs}")
+          f"dtype={a.dtype} site_dtype={a.site_dtype or a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'} gamma={a.gamma} f32acc={a.f32acc} dg_pairs={a.dg_pairs}")
     errs = []
     for d in range(a.draws):
         x = make_inputs(prob, np.random.default_rng(a.seed + d), a.dtype)

@@ -60,8 +60,8 @@ __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A,
     uint32_t ab[4], as[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      ab[e] = tf32_bits(xa[e]);
-      as[e] = tf32_bits(xa[e] - __uint_as_float(ab[e]));
+      if constexpr (SPLIT) tf32_split(xa[e], ab[e], as[e]);
+      else ab[e] = tf32_bits(xa[e]);
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
@@ -69,8 +69,8 @@ __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A,
       uint32_t bb[2], bs[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        bb[e] = tf32_bits(xb[e]);
-        bs[e] = tf32_bits(xb[e] - __uint_as_float(bb[e]));
+        if constexpr (SPLIT) tf32_split(xb[e], bb[e], bs[e]);
+        else bb[e] = tf32_bits(xb[e]);
       }
       if constexpr (SPLIT) {
         mma_tf32(acc[ni], as, bb);

@@ -94,9 +94,16 @@ def tf32x3t(x):
     return big + _tf32_rna((x32 - big).astype(np.float32))
 
 
+def tf32x3tt(x):
+    """Both parts truncated (session 12: two LOP3s, no cvt.rna): |x - big - small| < 2^-20 |x|."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    big = _tf32_trunc(x32)
+    return big + _tf32_trunc((x32 - big).astype(np.float32))
+
+
 ROUNDERS = {"bf16": bf16, "fp16": fp16}
 # how a site's value is rounded: the 16-bit types, or the float32 form's 3xTF32 operands
-SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t)
+SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t, tf32x3tt=tf32x3tt)
 
 
 class Rounding:

@@ -105,13 +105,15 @@ __device__ __forceinline__ uint32_t tf32_bits(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
-// x = big + small for 3xTF32: big is x truncated to TF32 (one LOP3; inf and NaN stay what they
-// are), small = x - big (exact in float32) rounded to TF32. cvt.rna is a 4-5 instruction sequence
-// on sm_90 (ncu: 35% of the float32 pass 2's instructions with two per element); this keeps one.
-// The split's error is <= 2^-21 |x| (two cvt.rna: <= 2^-22 |x|).
+// x = big + small for 3xTF32, both parts truncated to TF32 (two LOP3s; inf and NaN stay what they
+// are): big = x with its low 13 bits cleared, small = x - big (exact in float32) likewise.
+// cvt.rna is a 4-5 instruction sequence on sm_90 (ncu: 35% of the float32 pass 2's instructions
+// with two per element). The split's error is < 2^-20 |x| (two cvt.rna: <= 2^-22 |x|); the
+// precision emulation (tools/precision, --site-dtype tf32x3tt) and the GPU suite's many-draw runs
+// find the gradients unchanged in accuracy (bench/NOTES_cuda_forward.md, v17).
 __device__ __forceinline__ void tf32_split(float x, uint32_t& big, uint32_t& small) {
   big = __float_as_uint(x) & 0xffffe000u;
-  small = tf32_bits(x - __uint_as_float(big));
+  small = __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u;
 }
 
 template <class T>

@@ -157,4 +157,10 @@ cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t
 bool fused_warp_applies(int dtype, const StateParams& p);
 cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 
+// The same pass on Hopper warpgroup MMAs with the state transposed in registers
+// (sm90/chunk_recurrence_wgmma.cu): sm_90a builds on a compute capability 9.0 device, 16-bit,
+// K = 128, fused_vt = 64, o set, h / hs / vnew / U_lo null. launch_state prefers it where it applies.
+bool recurrence_wgmma_applies(int dtype, const StateParams& p);
+cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
+
 }  // namespace linattn::cuda::kern

@@ -680,6 +680,7 @@ std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt, bool ra
 }
 
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s) {
+  if (recurrence_wgmma_applies(dtype, p)) return launch_recurrence_wgmma(dtype, p, s);
   if (fused_warp_applies(dtype, p)) return launch_fused_warp(dtype, p, s);
   switch (dtype) {
     case 0: return launch_k<__half>(p, smem, s);

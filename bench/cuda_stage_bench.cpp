@@ -2,7 +2,7 @@
 // (profilers, the per-stage split of the backward). The side-by-side suite against FLA is
 // bench/run_benchmarks.py; this binary times linattn alone, from C++, with no Python in the way.
 //
-//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]
+//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]
 //       bf16, K = V = 128: KDA H = HV = 32 (in-kernel gate with FLA's initialisation; "steep":
 //       A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); safe_gate with L = -5) and GDN H = 16, HV = 32.
 //       CUDA events, 5 warm-ups, the median of 40 calls, 4 input sets rotated to defeat L2.
@@ -210,11 +210,11 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
   }
   const cudaError_t err = cudaGetLastError();
   std::sort(ts.begin(), ts.end());
-  std::printf("linattn %-14s B=%lld T=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n",
+  std::printf("linattn %-14s B=%lld T=%lld H=%lld HV=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n",
               kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda"))
                   : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : "simple_gla")),
-              static_cast<long long>(B),
-              static_cast<long long>(T), ts[ts.size() / 2], ts[0], wsb / 1048576.0);
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
+              static_cast<long long>(HV), ts[ts.size() / 2], ts[0], wsb / 1048576.0);
   std::fflush(stdout);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -227,15 +227,17 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
 
 int run_forward(const Args& a) {
   const int64_t B = a.num("B", 2), T = a.num("T", 8192);
+  // --H n: every family at H = HV = n (GDN without GVA); default: 32, GDN H = 16 with HV = 32
+  const int64_t H = a.num("H", 32), gdn_h = a.has("H") ? H : 16;
   const std::string only = a.str("only", "");
   int rc = 0;
-  if (selected(only, "kda")) rc |= forward_one(Family::kKDA, B, T, 32, 32, false, false);
-  if (selected(only, "kda_steep")) rc |= forward_one(Family::kKDA, B, T, 32, 32, false, true);
-  if (selected(only, "kda_safe_gate")) rc |= forward_one(Family::kKDA, B, T, 32, 32, true, true);
-  if (selected(only, "gdn")) rc |= forward_one(Family::kGDN, B, T, 16, 32, false, false);
-  // GLA / simple GLA (g and g_gamma) at H = HV = 32: only when named in --only
-  if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, 32, 32, false, false);
-  if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, 32, 32, false, false);
+  if (selected(only, "kda")) rc |= forward_one(Family::kKDA, B, T, H, H, false, false);
+  if (selected(only, "kda_steep")) rc |= forward_one(Family::kKDA, B, T, H, H, false, true);
+  if (selected(only, "kda_safe_gate")) rc |= forward_one(Family::kKDA, B, T, H, H, true, true);
+  if (selected(only, "gdn")) rc |= forward_one(Family::kGDN, B, T, gdn_h, H, false, false);
+  // GLA / simple GLA (g and g_gamma) at H = HV: only when named in --only
+  if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, H, H, false, false);
+  if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, H, H, false, false);
   return rc;
 }
 
@@ -403,7 +405,7 @@ int run_backward(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]\n"
+               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]\n"
                "       linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]\n"
                "           [--gate softplus|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
                "           [--B n] [--T n] [--H n] [--HV n] [--K n] [--V n]\n");

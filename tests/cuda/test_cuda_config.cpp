@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/problem.hpp"
+#include "cuda/common/chunk_fwd.hpp"
 #include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
@@ -96,7 +97,11 @@ TEST(CudaConfig, FusedTile) {
   EXPECT_EQ(big.vt, 64);
   EXPECT_GT(big.stages, 0);
   EXPECT_LE(big.smem, cfg::kMaxSmem);
-  EXPECT_EQ(cfg::fused_tile(1, 128, 128, 16, 1, sms, false).vt, 32);  // 32 CTAs of 64: 2 x 32 <= 132
+  // 32 CTAs of 64: 2 x 32 <= 132 -> tiles of 32 for the mma.sync pass; the wgmma pass (sm_90a build
+  // on a CC 9.0 device) keeps 64, its M
+  EXPECT_EQ(cfg::fused_tile(1, 128, 128, 16, 1, sms, false).vt,
+            linattn::cuda::kern::recurrence_wgmma_supported(1, 128, 128) ? 64 : 32);
+  EXPECT_EQ(cfg::fused_tile(1, 64, 128, 16, 1, sms, false).vt, 32);  // K = 64: the mma.sync pass
   EXPECT_EQ(cfg::fused_tile(0, 128, 128, 33, 2, sms, false).vt, 64);
   EXPECT_EQ(cfg::fused_tile(2, 128, 128, 32, 2, sms, false).vt, 32);  // float32: always 32
   EXPECT_GT(cfg::fused_tile(1, 128, 128, 32, 2, sms, /*raw_rows=*/true).stages, 0);

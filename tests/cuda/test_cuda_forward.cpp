@@ -494,5 +494,58 @@ TEST(CudaForward, NoDeltaLongAndDeterministic) {
       }
 }
 
+
+// ------------------------------------------------------------------ the Hopper (wgmma) pass
+// The sequential pass on wgmma (src/cuda/sm90/) runs at K = 128, a V tile of 64, 16-bit inputs and
+// no `h` output (on an sm_90a build and a CC 9.0 GPU; elsewhere these cases take the mma.sync pass
+// and still check it): every option of every family there, with V = 128 and 256, odd lengths, a
+// varlen layout with empty sequences and a partial last chunk, and bitwise repeatability.
+TEST(CudaForward, SmallHopperPassEveryOption) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
+    const bool delta = fam == Family::kKDA || fam == Family::kGDN;
+    std::vector<Case> cases = delta ? option_cases(fam) : no_delta_cases(fam);
+    {  // varlen: empty sequences first, inside and last, lengths around the chunk
+      Case c = cases.front();
+      c.B = 1;
+      c.cu = {0, 0, 1, 64, 64, 193, 258, 258};
+      c.T = 258;
+      c.h0 = true;
+      c.final_state = true;
+      cases.push_back(c);
+    }
+    {  // odd length, V = 256 (four V tiles), GVA
+      Case c = cases.front();
+      c.T = 317;
+      c.H = 1;
+      c.HV = 2;
+      c.V = 256;
+      c.h0 = true;
+      c.final_state = true;
+      cases.push_back(c);
+    }
+    for (DType dt : {DType::kBFloat16, DType::kFloat16})
+      for (Case c : cases) {
+        c.dt = dt;
+        c.K = 128;
+        if (c.V < 128) c.V = 128;
+        c.inter = false;  // h: the mma.sync pass
+        check_case(c);
+      }
+    Case c = cases.front();
+    c.K = 128;
+    c.V = 128;
+    c.T = 1000;
+    c.h0 = true;
+    c.final_state = true;
+    const Inputs x = make_inputs(c, /*backward=*/false);
+    FwdResult a, b;
+    ASSERT_TRUE(run_cuda(c, x, &a).ok());
+    ASSERT_TRUE(run_cuda(c, x, &b).ok());
+    EXPECT_EQ(a.o.bytes, b.o.bytes) << c.name();
+    EXPECT_EQ(a.ht.bytes, b.ht.bytes) << c.name();
+  }
+}
+
 }  // namespace
 }  // namespace linattn::test

@@ -159,7 +159,9 @@ cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 
 // The same pass on Hopper warpgroup MMAs with the state transposed in registers
 // (sm90/chunk_recurrence_wgmma.cu): sm_90a builds on a compute capability 9.0 device, 16-bit,
-// K = 128, fused_vt = 64, o set, h / hs / vnew / U_lo null. launch_state prefers it where it applies.
+// K = 128, fused_vt = 64, o set, h / hs / vnew / U_lo null. launch_state prefers it where it applies;
+// supported: the build, the device and the shape allow it (config::fused_tile then picks V tile 64).
+bool recurrence_wgmma_supported(int dtype, int K, int V);
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 

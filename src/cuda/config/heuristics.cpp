@@ -26,7 +26,11 @@ PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
 
 FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows) {
   int vt = 32;
-  if (dtype != kCodeF32) {
+  if (kern::recurrence_wgmma_supported(dtype, K, V)) {
+    // the wgmma pass (sm_90a): V tile 64 is its M; it beats the mma.sync pass's 32-column tiles
+    // at few chains too (bench/NOTES_cuda_forward.md, v17)
+    vt = 64;
+  } else if (dtype != kCodeF32) {
     const int64_t ctas64 = static_cast<int64_t>(V / 64) * HV * N;
     vt = 2 * ctas64 <= sms ? 32 : 64;
   }

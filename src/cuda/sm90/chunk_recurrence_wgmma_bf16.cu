@@ -1,0 +1,8 @@
+// The wgmma recurrence's bfloat16 instantiations (chunk_recurrence_wgmma.cuh).
+#include "cuda/sm90/chunk_recurrence_wgmma.cuh"
+
+namespace linattn::cuda::kern {
+cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaStream_t s) {
+  return wgmma_recurrence::launch_type<__nv_bfloat16>(p, stages, s);
+}
+}  // namespace linattn::cuda::kern

@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/chunk_fwd.hpp"
-#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
 
@@ -39,13 +38,11 @@ bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
 }
 
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s) {
-  // Three stages (two chunks in flight) where one CTA an SM is what runs anyway: with the delta
-  // rule (W makes a stage 67.5 KB), or when the grid fits the SMs at once; otherwise two, so that two
-  // CTAs of the no-delta pass (51 KB a stage) share an SM.
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const int64_t ctas = static_cast<int64_t>(p.V / 64) * p.HV * p.N;
-  const int stages = p.delta || ctas <= config::sm_count(dev) ? 3 : 2;
+  // Three stages (two chunks in flight) with the delta rule (one CTA an SM either way: W makes a
+  // stage 67.5 KB), two without it (two CTAs an SM fit). Measured at the reference shape (H200,
+  // bench/NOTES_cuda_forward.md v17): 3 stages GDN 0.757 -> 0.735 ms, KDA 1.32 -> 1.33; the
+  // no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
+  const int stages = p.delta ? 3 : 2;
   return dtype == 0 ? launch_recurrence_wgmma_fp16(p, stages, s) : launch_recurrence_wgmma_bf16(p, stages, s);
 }
 

@@ -84,35 +84,49 @@ struct alignas(1024) RecurrenceSmem {
   Stage st[STAGES];
 };
 
-// 16-byte pieces of a row-major global tile (ROWS x COLS, row stride gld) into the shared tensor
-// `dst` indexed (row, col), whose 8 consecutive columns are contiguous. Rows at or past `valid`
-// are zero-filled and not read.
-template <class T, int ROWS, int COLS, class Dst>
-__device__ __forceinline__ void rows_to_smem(Dst dst, const T* src, int64_t gld, int tid, int valid = ROWS) {
-  constexpr int per = 16 / sizeof(T);
-  constexpr int ppr = COLS / per;
-  static_assert((ROWS * ppr) % kThreads == 0, "whole passes");
+// Element offsets in the 128-byte-swizzled canonical layouts of Layouts<E> (16-bit E, tile base
+// 1024-byte aligned): 8-row x 64-element atoms, tiled down the rows first, each row's 16-byte
+// pieces permuted by XOR with the row mod 8. The same offsets as CuTe's tensors over those
+// layouts (checked element by element when this was written); by hand so that a thread's copy
+// offsets are a base and compile-time steps, not a swizzle evaluated per piece (ncu: the CuTe
+// indexing was 35% of this kernel's instructions).
+template <int ROWS>
+__device__ __forceinline__ int kmajor_off(int r, int c) {  // (row, col), col contiguous
+  return ((r >> 3) + (c >> 6) * (ROWS / 8)) * 512 + (r & 7) * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
+}
+__device__ __forceinline__ int mnmajor_off(int d, int j) {  // (channel d < 128, token j), d contiguous
+  return ((d >> 6) + 2 * (j >> 3)) * 512 + (j & 7) * 64 + ((((d >> 3) & 7) ^ (j & 7)) << 3);
+}
+
+// 16-byte pieces of a row-major global tile (ROWS x COLS, row stride gld) into a K-major swizzled
+// shared tile (kmajor_off). PRED: rows at or past `valid` are zero-filled and not read.
+template <class T, int ROWS, int COLS, bool PRED>
+__device__ __forceinline__ void copy_kmajor(T* dst, const T* src, int64_t gld, int tid, int valid = ROWS) {
+  static_assert(sizeof(T) == 2, "16-bit");
+  constexpr int ppr = COLS / 8, rstep = kThreads / ppr, iters = ROWS / rstep;
+  static_assert(rstep % 8 == 0 && ROWS % rstep == 0, "whole atoms per pass");
+  const int r0 = tid / ppr, c0 = (tid % ppr) * 8;
+  T* s0 = dst + kmajor_off<ROWS>(r0, c0);
+  const T* g0 = src + r0 * gld + c0;
 #pragma unroll
-  for (int it = 0; it < ROWS * ppr / kThreads; ++it) {
-    const int e = tid + it * kThreads;
-    const int r = e / ppr, c = (e % ppr) * per;
-    const bool ok = r < valid;
-    cp_async16_zfill(&dst(r, c), src + static_cast<int64_t>(ok ? r : 0) * gld + c, ok);
+  for (int it = 0; it < iters; ++it) {
+    const bool ok = !PRED || r0 + it * rstep < valid;
+    cp_async16_zfill(s0 + it * rstep * 64, ok ? g0 + it * rstep * gld : src, ok);
   }
 }
-// A token-major global tile (TOKENS x CH) into a shared tensor indexed (channel, token) whose 8
-// consecutive channels of one token are contiguous (the MN-major raw k operand).
-template <class T, int TOKENS, int CH, class Dst>
-__device__ __forceinline__ void rows_to_smem_t(Dst dst, const T* src, int64_t gld, int tid, int valid) {
-  constexpr int per = 16 / sizeof(T);
-  constexpr int ppr = CH / per;
-  static_assert((TOKENS * ppr) % kThreads == 0, "whole passes");
+// A token-major global tile (64 tokens x 128 channels, row stride gld) into the MN-major swizzled
+// (channel, token) tile (mnmajor_off): the raw k rows as the state update's B operand.
+template <class T>
+__device__ __forceinline__ void copy_mnmajor(T* dst, const T* src, int64_t gld, int tid, int valid) {
+  constexpr int ppr = 128 / 8, jstep = kThreads / ppr, iters = 64 / jstep;
+  static_assert(jstep == 8, "one token atom per pass");
+  const int j0 = tid / ppr, d0 = (tid % ppr) * 8;
+  T* s0 = dst + mnmajor_off(d0, j0);
+  const T* g0 = src + j0 * gld + d0;
 #pragma unroll
-  for (int it = 0; it < TOKENS * ppr / kThreads; ++it) {
-    const int e = tid + it * kThreads;
-    const int j = e / ppr, d = (e % ppr) * per;
-    const bool ok = j < valid;
-    cp_async16_zfill(&dst(d, j), src + static_cast<int64_t>(ok ? j : 0) * gld + d, ok);
+  for (int it = 0; it < iters; ++it) {
+    const bool ok = j0 + it * jstep < valid;
+    cp_async16_zfill(s0 + it * 1024, ok ? g0 + it * jstep * gld : src, ok);
   }
 }
 
@@ -151,7 +165,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
   using L = Layouts<E>;
   using Smem = RecurrenceSmem<E, DELTA, STAGES>;
   extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // the 128-byte swizzle's 1024-byte period; an offset from smem_raw (not an integer round trip)
+  // keeps the pointer's shared-memory provenance, so its loads compile to LDS
+  const unsigned pad = (1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u;
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw + pad);
   const int V = p.V, HV = p.HV;
   const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -189,24 +206,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
     const int valid = min(kC, si.len - ci * kC);
     if constexpr (DELTA)
-      rows_to_smem<T, kC, kK>(make_tensor(make_smem_ptr(st.w), typename L::TokByK{}),
-                              static_cast<const T*>(p.W) + blk * kC * kK, kK, tid);
+      copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.w), static_cast<const T*>(p.W) + blk * kC * kK, kK, tid);
     if constexpr (RAW) {  // raw q / k rows ([tokens][H][K], shared by the value heads of a key head)
       const int64_t rs = static_cast<int64_t>(p.H) * kK;
       const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * kK;
-      rows_to_smem<T, kC, kK>(make_tensor(make_smem_ptr(st.q), typename L::TokByK{}),
-                              static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
-      rows_to_smem_t<T, kC, kK>(make_tensor(make_smem_ptr(st.k), typename L::ChByTokMN{}),
-                                static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
+      copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
+      copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
       tile_copy<float, 1, 2 * kC, kThreads>(st.rf, 2 * kC, p.rowfac + blk * 2 * kC, 2 * kC, tid);
     } else {
-      rows_to_smem<T, kC, kK>(make_tensor(make_smem_ptr(st.q), typename L::TokByK{}),
-                              static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
-      rows_to_smem<T, kK, kC>(make_tensor(make_smem_ptr(st.k), typename L::ChByTok{}),
-                              static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
+      copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
+      copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
     }
-    rows_to_smem<T, kC, kC>(make_tensor(make_smem_ptr(st.a), typename L::TokByTok{}),
-                            static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
+    copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
     if (vrows) {  // V_new = V from the token-major v rows; rows past the chunk's end zero
       const int64_t vs = static_cast<int64_t>(HV) * V;
       tile_copy<T, kC, kVT, kThreads, true>(reinterpret_cast<T*>(st.u), Smem::ldu,
@@ -303,19 +314,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     fence_regs(S);
 
     // O rows: each 8x8 (V column, token) block transposed in registers, so a lane holds two
-    // adjacent columns of one token (4-byte stores, 16 bytes per 4 lanes)
+    // adjacent columns of one token (4-byte stores, 16 bytes per 4 lanes); predicated, no branch
+    {
+      const int64_t ostride = static_cast<int64_t>(HV) * V;
+      T* orow = og + (static_cast<int64_t>(t0) + g) * ostride + static_cast<int64_t>(hv) * V + v0 + 16 * warp + 2 * t;
 #pragma unroll
-    for (int nb = 0; nb < kC / 8; ++nb)
+      for (int nb = 0; nb < kC / 8; ++nb)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        uint32_t x = pack2<T>(Oi(4 * nb + 2 * hh), Oi(4 * nb + 2 * hh + 1));
-        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
-        const int tok = 8 * nb + g;
-        if (tok < Lc) {
-          *reinterpret_cast<uint32_t*>(og + (static_cast<int64_t>(t0 + tok) * HV + hv) * V + v0 + 16 * warp +
-                                       8 * hh + 2 * t) = x;
+        for (int hh = 0; hh < 2; ++hh) {
+          uint32_t x = pack2<T>(Oi(4 * nb + 2 * hh), Oi(4 * nb + 2 * hh + 1));
+          asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+          asm volatile(
+              "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
+              "r"(Lc), "l"(orow + 8 * nb * ostride + 8 * hh), "r"(x)
+              : "memory");
         }
-      }
+    }
   }
 
   if (p.ht) {

@@ -33,8 +33,7 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
   return p.fused_vt == 64 && p.o != nullptr && p.hs == nullptr && p.h == nullptr && p.vnew == nullptr &&
-         p.U_lo == nullptr && (p.q_raw == nullptr || (p.k_raw != nullptr && (p.rowfac != nullptr || p.gate_in_pass))) &&
-         (!p.gate_in_pass || (p.q_raw != nullptr && !p.delta && p.v_raw != nullptr)) &&
+         p.U_lo == nullptr && (p.q_raw == nullptr || (p.k_raw != nullptr && p.rowfac != nullptr)) &&
          recurrence_wgmma_supported(dtype, p.K, p.V);
 }
 

@@ -100,11 +100,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
 
-  // simple GLA on the wgmma pass computes its chunk-local part itself: no kernel 1
-  const bool gate_in_pass = config::gate_in_state_pass(p, out.h.present(), in.g.dtype == DType::kFloat32);
-
   // ---- kernel 1: chunk-local preparation
-  if (p.num_chunks > 0 && !gate_in_pass) {
+  if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, in);
     pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
     const config::PrepSmem smem = config::prep_smem(dt, pp.K, p.vector_gate);
@@ -164,18 +161,6 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
     if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
       return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
-    if (gate_in_pass) {
-      sp.gate_in_pass = 1;
-      sp.g_raw = p.has_g ? static_cast<const float*>(in.g.data) : nullptr;
-      sp.g_gamma = p.has_g_gamma ? in.g_gamma.data : nullptr;
-      sp.gg_dt = p.has_g_gamma ? dtype_code(in.g_gamma.dtype) : 2;
-      sp.scale = static_cast<float>(p.scale);
-      sp.rowfac = nullptr;
-      sp.Aqk = nullptr;
-      sp.gexp = nullptr;
-      if (!kern::recurrence_wgmma_applies(dt, sp))
-        return {StatusCode::kBackendError, "CUDA forward: the gate-in-pass state pass does not apply"};
-    }
     e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
   }

@@ -127,15 +127,6 @@ struct StateParams {
   // from the token-major v rows ([tokens][HV][V]) instead of U, so chunk_prep writes no U (its copy
   // of V) and the workspace holds none (config::reads_v_rows). Null: U.
   const void* v_raw = nullptr;
-  // Simple GLA on the wgmma pass (config::gate_in_state_pass): no chunk_prep at all. The pass
-  // computes the chunk-local gate sums, the row factors and Aqk = scale (q kᵀ) ⊙ exp(γ_i - γ_j)
-  // itself from g ([tokens][HV] float32; null: g_gamma alone), g_gamma ([HV], dtype code gg_dt) and
-  // scale; rowfac, gexp and Aqk are then null.
-  int gate_in_pass = 0;
-  const float* g_raw = nullptr;
-  const void* g_gamma = nullptr;
-  int gg_dt = 2;
-  float scale = 1.f;
 };
 
 // dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.

@@ -24,12 +24,6 @@ PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
   return {kern::prep_smem_bytes(dtype, K, false, vec_gate), 0};
 }
 
-bool gate_in_state_pass(const detail::Problem& p, bool wants_h, bool g_float32) {
-  return !p.delta && !p.vector_gate && raw_rows(p) && !wants_h && !p.opt.use_qk_l2norm_in_kernel &&
-         (!p.has_g || g_float32) && p.K == 128 &&
-         kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V));
-}
-
 FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows) {
   int vt = 32;
   if (kern::recurrence_wgmma_supported(dtype, K, V)) {

@@ -42,11 +42,6 @@ struct FusedTile {
   int vt, stages;
   std::size_t smem;
 };
-// Simple GLA whose chunk-local part (gate sums, row factors, Aqk) the wgmma state pass computes
-// itself, so the forward runs no chunk_prep: 16-bit, K = 128, V a multiple of 64, a float32 g (or
-// g_gamma alone), no in-kernel l2norm, no `h` output, on an sm_90a build and CC 9.0 device.
-bool gate_in_state_pass(const detail::Problem& p, bool wants_h, bool g_float32);
-
 FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool raw_rows);
 
 // ---- backward

@@ -27,7 +27,6 @@
 
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
-#include "cuda/common/gate.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/config/limits.hpp"
 
@@ -50,7 +49,6 @@ template <>
 struct Atoms<__nv_bfloat16> {
   using E = cutlass::bfloat16_t;
   using N64 = SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N64SS = SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
   using N128K = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>;
   using N128MN = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
 };
@@ -58,7 +56,6 @@ template <>
 struct Atoms<__half> {
   using E = cutlass::half_t;
   using N64 = SM90_64x64x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N64SS = SM90_64x64x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>;
   using N128K = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::K>;
   using N128MN = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>;
 };
@@ -70,9 +67,6 @@ struct Layouts {
   using ChByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // KgT: (ch, tok)
   using ChByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // raw k: (ch, tok)
   using TokByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, _64>{}));     // Aqk: (tok, tok')
-  // the raw k rows of ChByTokMN read as (tok, ch), channel contiguous: the same bytes as a K-major
-  // operand whose atoms are tiled along the channels first (Aqk = q kᵀ in the gate-in-pass mode)
-  using TokByKAlt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}, Step<_2, _1>{}));
 };
 
 template <class E, bool DELTA, int STAGES>
@@ -86,7 +80,6 @@ struct alignas(1024) RecurrenceSmem {
     alignas(16) E u[kC * ldu];
     alignas(16) float ge[kK];      // exp(γ_C) per channel
     alignas(16) float rf[2 * kC];  // raw-row mode: O's row factors [0, 64), V_new's [64, 128)
-    alignas(16) float graw[kC];    // gate-in-pass mode: the chunk's g
   };
   Stage st[STAGES];
 };
@@ -99,7 +92,7 @@ struct alignas(1024) RecurrenceSmem {
 // indexing was 35% of this kernel's instructions).
 template <int ROWS>
 __device__ __forceinline__ int kmajor_off(int r, int c) {  // (row, col), col contiguous
-  return ((r >> 3) + (c >> 6) * (ROWS / 8)) * 512 + (r & 7) * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+  return ((r >> 3) + (c >> 6) * (ROWS / 8)) * 512 + (r & 7) * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
 }
 __device__ __forceinline__ int mnmajor_off(int d, int j) {  // (channel d < 128, token j), d contiguous
   return ((d >> 6) + 2 * (j >> 3)) * 512 + (j & 7) * 64 + ((((d >> 3) & 7) ^ (j & 7)) << 3);
@@ -164,10 +157,7 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, Acc&
   }
 }
 
-// GATE (simple GLA, StateParams::gate_in_pass; no delta rule, raw rows): the chunk's gate sums,
-// row factors, exp(γ_C) and Aqk are computed here from g, g_gamma and scale, as chunk_prep would
-// write them (the same formulas), so the forward runs no chunk_prep.
-template <class T, bool DELTA, bool RAW, int STAGES, bool GATE>
+template <class T, bool DELTA, bool RAW, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using A = Atoms<T>;
@@ -186,10 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
   const int nch = (si.len + kC - 1) / kC;
   const int hk = hv / p.G;
 
-  static_assert(!GATE || (!DELTA && RAW), "the gate-in-pass mode is simple GLA's");
   auto mma64 = make_tiled_mma(typename A::N64{});
-  auto mmaA = make_tiled_mma(typename A::N64SS{});  // Aqk = q kᵀ (gate-in-pass mode)
-  auto thrA = mmaA.get_thread_slice(tid);
   auto mmaS = make_tiled_mma(std::conditional_t<RAW, typename A::N128MN, typename A::N128K>{});
   auto thr64 = mma64.get_thread_slice(tid);
   auto thrS = mmaS.get_thread_slice(tid);
@@ -214,7 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     S(i) = p.h0 ? load_state(p.h0, p.h0_dt, state_base + sidx(col_of(i), v0 + row_of(i))) : 0.f;
 
   const bool vrows = !DELTA && p.v_raw != nullptr;
-  const float gamma = GATE && p.g_gamma ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;  // simple GLA's g_gamma
   auto issue = [&](int ci) {
     auto& st = sm.st[ci % STAGES];
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
@@ -226,22 +212,12 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
       const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * kK;
       copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
       copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
-      if constexpr (GATE) {  // g of the chunk's tokens ([tokens][HV] float32); zeros past its end
-        if (tid < kC) {
-          if (p.g_raw != nullptr && tid < valid)
-            cp_async4(&st.graw[tid], p.g_raw + static_cast<int64_t>(si.t0 + ci * kC + tid) * HV + hv);
-          else
-            st.graw[tid] = 0.f;  // (read after the chunk's barrier, like the copies)
-        }
-      } else {
-        tile_copy<float, 1, 2 * kC, kThreads>(st.rf, 2 * kC, p.rowfac + blk * 2 * kC, 2 * kC, tid);
-      }
+      tile_copy<float, 1, 2 * kC, kThreads>(st.rf, 2 * kC, p.rowfac + blk * 2 * kC, 2 * kC, tid);
     } else {
       copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
       copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
     }
-    if constexpr (!GATE)
-      copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
+    copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
     if (vrows) {  // V_new = V from the token-major v rows; rows past the chunk's end zero
       const int64_t vs = static_cast<int64_t>(HV) * V;
       tile_copy<T, kC, kVT, kThreads, true>(reinterpret_cast<T*>(st.u), Smem::ldu,
@@ -253,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
       tile_copy<T, kC, kVT, kThreads>(reinterpret_cast<T*>(st.u), Smem::ldu,
                                       static_cast<const T*>(p.U) + blk * kC * V + v0, V, tid);
     }
-    if constexpr (!GATE) tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
+    tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
     cp_commit();
   };
 
@@ -279,34 +255,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     __syncthreads();
     auto& st = sm.st[ci % STAGES];
     const T* Us = reinterpret_cast<const T*>(st.u);
-    float* gam = st.graw;  // gate-in-pass mode: γ, in place of g
-    if constexpr (GATE) {
-      // γ = the chunk-local cumulative sum of the floored gate g + g_gamma (chunk_prep's scalar
-      // gate), warp 0, two tokens a lane; then the row factors (O: scale e^γ_i; the state update:
-      // e^(γ_C - γ_j); 0 past the chunk's end) and exp(γ_C), where the loaded ones would be
-      if (warp == 0) {
-        const int i0 = 2 * lane;
-        const float x0 = i0 < Lc ? gate::floor_gate(gam[i0] + gamma) : 0.f;
-        const float x1 = i0 + 1 < Lc ? gate::floor_gate(gam[i0 + 1] + gamma) : 0.f;
-        float sum = x0 + x1;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const float y = __shfl_up_sync(0xffffffffu, sum, o);
-          if (lane >= o) sum += y;
-        }
-        const float g0 = sum - x1, g1 = sum, gC = __shfl_sync(0xffffffffu, sum, 31);
-        gam[i0] = g0;
-        gam[i0 + 1] = g1;
-        st.rf[i0] = i0 < Lc ? p.scale * __expf(g0) : 0.f;
-        st.rf[i0 + 1] = i0 + 1 < Lc ? p.scale * __expf(g1) : 0.f;
-        st.rf[kC + i0] = i0 < Lc ? __expf(gC - g0) : 0.f;
-        st.rf[kC + i0 + 1] = i0 + 1 < Lc ? __expf(gC - g1) : 0.f;
-        const float eC = expf(gC);
-#pragma unroll
-        for (int c = lane; c < kK; c += 32) st.ge[c] = eC;
-      }
-      __syncthreads();
-    }
 
     Tensor tQ = thr64.partition_fragment_B(make_tensor(make_smem_ptr(st.q), typename L::TokByK{}));
     Tensor tA = thr64.partition_fragment_B(make_tensor(make_smem_ptr(st.a), typename L::TokByTok{}));
@@ -323,12 +271,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     fence_regs(P);
     fence_regs(Oi);
     warpgroup_arrive();
-    if constexpr (GATE) {  // q kᵀ into P (not otherwise used without the delta rule)
-      Tensor tQa = thrA.partition_fragment_A(make_tensor(make_smem_ptr(st.q), typename L::TokByK{}));
-      Tensor tKa = thrA.partition_fragment_B(make_tensor(make_smem_ptr(st.k), typename L::TokByKAlt{}));
-      wg_gemm<true>(mmaA, tQa, tKa, P);
-      warpgroup_commit_batch();
-    }
     if constexpr (DELTA) {
       Tensor tW = thr64.partition_fragment_B(make_tensor(make_smem_ptr(st.w), typename L::TokByK{}));
       wg_gemm<true>(mma64, Sa, tW, P);
@@ -357,23 +299,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
     warpgroup_arrive();
     wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
     warpgroup_commit_batch();
-    if constexpr (GATE) {
-      warpgroup_wait<2>();  // q kᵀ (Qg S and the state update may still run)
-      fence_regs(P);
-      // Aqk = scale (q kᵀ) e^(γ_i - γ_j) for j <= i, else 0: 16-bit into st.a, the O product's B
-      // operand (n = i, k = j), K-major as the copied Aqk would be
-      T* as = reinterpret_cast<T*>(st.a);
-#pragma unroll
-      for (int i = 0; i < size(P); i += 2) {
-        const int r = row_of(i), c = col_of(i);
-        const float gr = gam[r];
-        const float a0 = c <= r ? p.scale * __expf(gr - gam[c]) * P(i) : 0.f;
-        const float a1 = c + 1 <= r ? p.scale * __expf(gr - gam[c + 1]) * P(i + 1) : 0.f;
-        *reinterpret_cast<uint32_t*>(as + kmajor_off<kC>(r, c)) = pack2<T>(a0, a1);
-      }
-      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> the wgmma
-      __syncthreads();
-    }
     warpgroup_wait<1>();  // Qg S (groups complete in order)
     fence_regs(Oi);
     if constexpr (RAW) {  // raw q rows: Qg's row factor on Qg S, before Aqk V_new joins it
@@ -414,9 +339,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_recurrence_wgmma_kernel(con
 #endif
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES, bool GATE = false>
+template <class T, bool DELTA, bool RAW, int STAGES>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
-  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, GATE>;
+  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
   constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -430,7 +355,6 @@ cudaError_t launch(const StateParams& p, cudaStream_t s) {
 template <class T>
 cudaError_t launch_type(const StateParams& p, int stages, cudaStream_t s) {
   const bool raw = p.q_raw != nullptr;
-  if (p.gate_in_pass) return launch<T, false, true, 2, true>(p, s);
   if (p.delta) {
     if (stages == 3) return raw ? launch<T, true, true, 3>(p, s) : launch<T, true, false, 3>(p, s);
     return raw ? launch<T, true, true, 2>(p, s) : launch<T, true, false, 2>(p, s);

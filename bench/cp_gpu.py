@@ -96,7 +96,7 @@ def exactness(rank, world, dev, results):
             ((o * w_o).sum() + (ht * w_h).sum()).backward()
             ref = dict(o=o.detach(), ht=ht.detach(), grads={k: x.grad for k, x in tr.items()})
         for scan in SCANS:
-            ctx = build_cp_context(cu_t, group=None, split_points=sp, scan=scan)
+            ctx = build_cp_context(cu_t.to(dev), group=None, split_points=sp, scan=scan)
             s, e, ids = ctx.start, ctx.end, ctx.seq_ids
             loc = {k: (x[:, s:e] if k in ("q", "k", "v", "g", "beta") else x) for k, x in t.items()}
             loc["h0"] = loc["h0"][ids.to(dev) if torch.is_tensor(ids) else ids]
@@ -181,7 +181,7 @@ def scaling(rank, world, dev, T, results):
             del t1, do
             torch.cuda.empty_cache()
         dist.barrier()
-        ctx = build_cp_context(torch.tensor([0, T]), group=None)
+        ctx = build_cp_context(torch.tensor([0, T], device=dev), group=None)
         tw = make(ctx.end - ctx.start)
         dow = torch.randn_like(tw["v"])
 

@@ -537,7 +537,7 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=tuple(ROUNDERS), default="bf16", help="the inputs' 16-bit type")
     ap.add_argument("--site-dtype", choices=tuple(SITE_ROUNDERS),
                     help="how the sites round (default: --dtype); tf32x3 / tf32x3t: the float32 form's "
-                         "3xTF32 operands with the big part rounded / truncated")
+                         "3xTF32 operands with the big part rounded / truncated; tf32x3tt: both parts truncated (mma.cuh today)")
     ap.add_argument("--round", default="all",
                     help="all | none | site1,site2 | all,-site (all but site); sites: " + ",".join(SITES))
     ap.add_argument("--gamma", choices=tuple(GAMMA), default="f64",

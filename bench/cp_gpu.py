@@ -135,13 +135,15 @@ def exactness(rank, world, dev, results):
             dist.barrier()
 
 
-def timed(fn, reps=5, warm=2):
+def timed(fn, reps=5, warm=2, barrier=True):
+    """Median CUDA-event time of fn (ms); barrier: every rank starts each repetition together."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
     ts = []
     for _ in range(reps):
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -177,7 +179,7 @@ def scaling(rank, world, dev, T, results):
                 o, _ = call(fam, t1, opts, None, None)
                 torch.autograd.grad(o, list(t1.values()), do)
 
-            res["t1"] = timed_local(one)
+            res["t1"] = timed(one, barrier=False)
             del t1, do
             torch.cuda.empty_cache()
         dist.barrier()
@@ -202,21 +204,6 @@ def scaling(rank, world, dev, T, results):
         del tw, dow
         torch.cuda.empty_cache()
         dist.barrier()
-
-
-def timed_local(fn, reps=5, warm=2):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
 
 
 def worker(rank, world, init_file, T, out, cpu=False):

@@ -108,10 +108,10 @@ def test_bf16_rounds_to_nearest_even():
 def test_tf32x3_operand_models():
     """The float32 form's 3xTF32 operand models: big + small within 2^-22 (rounded big) and 2^-21
     (truncated big) and 2^-20 (both parts truncated, today's mma.cuh) of the float32 value, exact on
-    TF32 values, signs kept."""
+    TF32 values, signs kept; and bf16x2 (hi + lo bfloat16 halves) within 2^-17."""
     r = np.random.default_rng(3).standard_normal(20000).astype(np.float32).astype(np.float64)
     r = np.concatenate([r, r * 1e-30, r * 1e30, [0.0, 1.0, -2.5]])
-    for fn, bound in ((emu.tf32x3, 2.0**-22), (emu.tf32x3t, 2.0**-21), (emu.tf32x3tt, 2.0**-20)):
+    for fn, bound in ((emu.tf32x3, 2.0**-22), (emu.tf32x3t, 2.0**-21), (emu.tf32x3tt, 2.0**-20), (emu.bf16x2, 2.0**-17)):
         got = fn(r)
         assert np.all(np.abs(got - r) <= bound * np.abs(r))
         assert np.all(np.sign(got) == np.sign(r))

@@ -101,9 +101,18 @@ def tf32x3tt(x):
     return big + _tf32_trunc((x32 - big).astype(np.float32))
 
 
+def bf16x2(x):
+    """A float32 operand carried as two bfloat16 halves, hi = bf16(x), lo = bf16(x - hi), as a
+    16-bit tensor-core form of the float32 products would (hi·hi + hi·lo + lo·hi; the dropped
+    lo·lo is second order): |x - hi - lo| <= 2^-18 |x|."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    hi = bf16(x32)
+    return hi + bf16(x32 - hi)
+
+
 ROUNDERS = {"bf16": bf16, "fp16": fp16}
 # how a site's value is rounded: the 16-bit types, or the float32 form's 3xTF32 operands
-SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t, tf32x3tt=tf32x3tt)
+SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t, tf32x3tt=tf32x3tt, bf16x2=bf16x2)
 
 
 class Rounding:
@@ -537,7 +546,8 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=tuple(ROUNDERS), default="bf16", help="the inputs' 16-bit type")
     ap.add_argument("--site-dtype", choices=tuple(SITE_ROUNDERS),
                     help="how the sites round (default: --dtype); tf32x3 / tf32x3t: the float32 form's "
-                         "3xTF32 operands with the big part rounded / truncated; tf32x3tt: both parts truncated (mma.cuh today)")
+                         "3xTF32 operands with the big part rounded / truncated; tf32x3tt: both parts truncated (mma.cuh today); "
+                         "bf16x2: hi + lo bfloat16 halves (a 16-bit tensor-core form of the float32 products)")
     ap.add_argument("--round", default="all",
                     help="all | none | site1,site2 | all,-site (all but site); sites: " + ",".join(SITES))
     ap.add_argument("--gamma", choices=tuple(GAMMA), default="f64",

@@ -110,7 +110,7 @@ __device__ __forceinline__ uint32_t tf32_bits(float x) {
 // cvt.rna is a 4-5 instruction sequence on sm_90 (ncu: 35% of the float32 pass 2's instructions
 // with two per element). The split's error is < 2^-20 |x| (two cvt.rna: <= 2^-22 |x|); the
 // precision emulation (tools/precision, --site-dtype tf32x3tt) and the GPU suite's many-draw runs
-// find the gradients unchanged in accuracy (bench/NOTES_cuda_forward.md, v17).
+// find the gradients unchanged in accuracy (bench/NOTES_cuda_forward.md, v16b).
 __device__ __forceinline__ void tf32_split(float x, uint32_t& big, uint32_t& small) {
   big = __float_as_uint(x) & 0xffffe000u;
   small = __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u;

@@ -9,20 +9,24 @@ cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaS
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
 
 namespace {
-bool device_is_sm90(int* device) {
+// Whether the current device is compute capability 9.0, cached per device: fused_tile and
+// launch_state ask on every forward call.
+bool device_is_sm90() {
+  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-  *device = dev;
-  return major == 9 && minor == 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+  if (dev < 64 && cached[dev] != 0) return cached[dev] > 0;
+  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                   major == 9 && minor == 0;
+  if (dev < 64) cached[dev] = yes ? 1 : -1;
+  return yes;
 }
 }  // namespace
 
 bool recurrence_wgmma_supported(int dtype, int K, int V) {
 #if defined(LINATTN_HAS_SM90A)
-  int dev = 0;
-  return (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 && device_is_sm90(&dev);
+  return (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 && device_is_sm90();
 #else
   (void)dtype;
   (void)K;

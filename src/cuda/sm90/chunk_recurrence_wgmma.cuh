@@ -40,24 +40,27 @@ constexpr int kK = 128;             // key head size
 constexpr int kVT = 64;             // V tile = the wgmma's M
 constexpr int kThreads = 128;       // one warpgroup
 
-// CUTLASS's element type and the wgmma atoms (A from registers) for a CUDA 16-bit type:
-// N64 with a K-major B (W, Qg, raw q rows, Aqk), N128 with a K-major (KgT) or MN-major (raw k
-// rows) B for the state update.
+// CUTLASS's element type for a CUDA 16-bit type, and the wgmma atoms (A from registers, float32
+// accumulators) CuTe's selector picks for it: N64 with a K-major B (W, Qg, raw q rows, Aqk), N128
+// with a K-major (KgT) or MN-major (raw k rows) B for the state update.
 template <class T>
-struct Atoms;
+struct Element;
 template <>
-struct Atoms<__nv_bfloat16> {
-  using E = cutlass::bfloat16_t;
-  using N64 = SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N128K = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N128MN = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
+struct Element<__nv_bfloat16> {
+  using type = cutlass::bfloat16_t;
 };
 template <>
-struct Atoms<__half> {
-  using E = cutlass::half_t;
-  using N64 = SM90_64x64x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N128K = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::K>;
-  using N128MN = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>;
+struct Element<__half> {
+  using type = cutlass::half_t;
+};
+template <class T>
+struct Atoms {
+  using E = typename Element<T>::type;
+  template <int N, GMMA::Major MB>
+  using RS = decltype(GMMA::rs_op_selector<E, E, float, Shape<_64, Int<N>, _16>, GMMA::Major::K, MB>());
+  using N64 = RS<64, GMMA::Major::K>;
+  using N128K = RS<128, GMMA::Major::K>;
+  using N128MN = RS<128, GMMA::Major::MN>;
 };
 
 // B operands (n, k) in wgmma's 128-byte-swizzled canonical layouts.

@@ -1,0 +1,176 @@
+// The consumer side of the forward's wgmma kernels: one warpgroup runs the sequential recurrence of
+// one (sequence, value head, 64-column V tile) over the chunk operands a producer stages, with the
+// state never leaving registers:
+//   per chunk  V_new = U - W S,  O = Qg S + Aqk V_new,  S = exp(γ_C) S + KgT V_new
+// (without the delta rule V_new = V and W is not read).
+//
+// Why transposed: every product of the chunk has S or V_new on its left once written as
+//   V_newᵀ = Uᵀ - Sᵀ Wᵀ,   Oᵀ = Sᵀ Qgᵀ + V_newᵀ Aqkᵀ,   Sᵀ = Sᵀ diag(e^γ_C) + V_newᵀ Kg,
+// and a wgmma takes its A operand from registers in exactly the layout of an accumulator
+// (16-bit, the same element order). So Sᵀ (64 columns x K, the float32 accumulator of an m64n128
+// wgmma) and V_newᵀ feed the next products straight from registers, and the chunk's operands W,
+// Qg, Kg, Aqk are B operands read from shared memory once per warpgroup instruction.
+//
+// Raw-row mode (scalar gate: GDN, simple GLA): raw q rows with O's row factors and raw k rows
+// (an MN-major B operand: channel contiguous) against f ⊙ V_new.
+#pragma once
+
+#include "cuda/common/chunk_fwd.hpp"
+#include "cuda/sm90/wgmma_tiles.cuh"
+
+namespace linattn::cuda::kern {
+namespace wgmma_recurrence {
+
+// One stage of the chunk operands the consumer reads (bf16 / fp16 E): 65 KB with the delta rule.
+template <class E, bool DELTA>
+struct alignas(1024) RecurrenceStage {
+  alignas(1024) E w[DELTA ? kC * kK : 8];  // W (tok, ch): kmajor_off<64>
+  alignas(1024) E q[kC * kK];              // Qg or the raw q rows (tok, ch): kmajor_off<64>
+  alignas(1024) E k[kK * kC];              // KgT (ch, tok): kmajor_off<128>; raw k rows: mnmajor_off
+  alignas(1024) E a[kC * kC];              // Aqk (tok, tok'): kmajor_off<64>
+  alignas(1024) E u[kC * kVT];             // U or V, this CTA's 64 columns (tok, vcol): kmajor_off<64>
+  alignas(16) float ge[kK];                // exp(γ_C) per channel
+  alignas(16) float rf[2 * kC];            // raw-row mode: O's row factors [0, 64), V_new's [64, 128)
+};
+
+// The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
+// warpgroup (tid: the index within it).
+template <class T, bool DELTA, bool RAW>
+struct RecurrenceConsumer {
+  using A = Atoms<T>;
+  using E = typename A::E;
+  using L = Layouts<E>;
+  using Stage = RecurrenceStage<E, DELTA>;
+  using Mma64 = decltype(make_tiled_mma(typename A::N64{}));
+  using MmaS = decltype(make_tiled_mma(std::conditional_t<RAW, typename A::N128MN, typename A::N128K>{}));
+  using AccS = decltype(partition_fragment_C(std::declval<MmaS>(), Shape<_64, Int<kK>>{}));
+  using Acc64 = decltype(partition_fragment_C(std::declval<Mma64>(), Shape<_64, _64>{}));
+
+  Mma64 mma64;
+  MmaS mmaS;
+  AccS S;    // Sᵀ: (V column, channel)
+  Acc64 P;   // Sᵀ Wᵀ: (V column, token)
+  Acc64 Oi;  // Oᵀ: (V column, token)
+  int tid, warp, g, t;
+
+  __device__ int row_of(int i) const { return acc_row(warp, g, i); }
+  __device__ int col_of(int i) const { return acc_col(t, i); }
+
+  // Sᵀ from h0 (or zero), for value columns v0..v0+63 of head hv of sequence n.
+  __device__ __forceinline__ void init(const StateParams& p, int n, int hv, int v0, int tid_) {
+    tid = tid_;
+    warp = tid >> 5;
+    g = (tid & 31) >> 2;
+    t = tid & 3;
+    S = partition_fragment_C(mmaS, Shape<_64, Int<kK>>{});
+    P = partition_fragment_C(mma64, Shape<_64, _64>{});
+    Oi = partition_fragment_C(mma64, Shape<_64, _64>{});
+    const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
+#pragma unroll
+    for (int i = 0; i < size(S); ++i)
+      S(i) = p.h0 ? load_state(p.h0, p.h0_dt, base + state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
+  }
+  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) {
+    return p.v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * p.V + vv;
+  }
+  // The final state.
+  __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
+    if (!p.ht) return;
+    const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
+#pragma unroll
+    for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + state_index(p, col_of(i), v0 + row_of(i)), S(i));
+  }
+
+  // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
+  // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride). The stage's
+  // last read is complete when this returns (its wgmmas waited).
+  __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc) {
+    auto thr64 = mma64.get_thread_slice(tid);
+    auto thrS = mmaS.get_thread_slice(tid);
+    E* sq = const_cast<E*>(st.q);
+    E* sa = const_cast<E*>(st.a);
+    E* sk = const_cast<E*>(st.k);
+    Tensor tQ = thr64.partition_fragment_B(make_tensor(make_smem_ptr(sq), typename L::TokByK{}));
+    Tensor tA = thr64.partition_fragment_B(make_tensor(make_smem_ptr(sa), typename L::TokByTok{}));
+    auto tK = [&] {
+      if constexpr (RAW) return thrS.partition_fragment_B(make_tensor(make_smem_ptr(sk), typename L::ChByTokMN{}));
+      else return thrS.partition_fragment_B(make_tensor(make_smem_ptr(sk), typename L::ChByTok{}));
+    }();
+    // A operands from registers: (values, 1, k-blocks of 16), the accumulators' element order
+    Tensor Sa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{});
+    Tensor Va = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+    Tensor Vk = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // f ⊙ V_new (raw rows)
+    const T* Us = reinterpret_cast<const T*>(st.u);
+
+    acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
+    // then S = exp(γ_C) S (Sᵀ: columns are channels), before any wgmma of this chunk is in flight
+#pragma unroll
+    for (int i = 0; i < size(S); ++i) S(i) *= st.ge[col_of(i)];
+    fence_regs(Sa);
+    fence_regs(P);
+    fence_regs(Oi);
+    warpgroup_arrive();
+    if constexpr (DELTA) {
+      Tensor tW = thr64.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.w)), typename L::TokByK{}));
+      wg_gemm<true>(mma64, Sa, tW, P);
+      warpgroup_commit_batch();
+    }
+    wg_gemm<true>(mma64, Sa, tQ, Oi);
+    warpgroup_commit_batch();
+    if constexpr (DELTA) {
+      warpgroup_wait<1>();  // W S (Qg S may still run)
+      fence_regs(P);
+    }
+    // V_newᵀ (V column, token) = Uᵀ - (S Wᵀ)ᵀ, in the accumulators' order; its 16-bit form for
+    // O and (times the row factor in raw-row mode) for the state update
+    // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and
+    // compile-time steps: (c >> 3) ^ (tok & 7) = 2 (warp ^ t) + (((i >> 1) ^ i) & 1)
+    const T* Ub = Us + 128 * t + ((warp ^ t) << 4) + g;
+#pragma unroll
+    for (int i = 0; i < size(P); ++i) {
+      const int tok = col_of(i);
+      float vn = to_f(Ub[(i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1)]);
+      if constexpr (DELTA) vn -= P(i);
+      Va(i) = E(vn);
+      if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
+    }
+    // S += Kg V_new
+    fence_regs(S);
+    fence_regs(Va);
+    fence_regs(Vk);
+    warpgroup_arrive();
+    wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // Qg S (groups complete in order)
+    fence_regs(Oi);
+    if constexpr (RAW) {  // raw q rows: Qg's row factor on Qg S, before Aqk V_new joins it
+#pragma unroll
+      for (int i = 0; i < size(Oi); ++i) Oi(i) *= st.rf[col_of(i)];
+    }
+    fence_regs(Oi);
+    warpgroup_arrive();
+    wg_gemm<false>(mma64, Va, tA, Oi);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    fence_regs(Oi);
+    fence_regs(S);
+
+    // O rows: each 8x8 (V column, token) block transposed in registers, so a lane holds two
+    // adjacent columns of one token (4-byte stores, 16 bytes per 4 lanes); predicated, no branch
+    T* orow = orow0 + static_cast<int64_t>(g) * ostride + 16 * warp + 2 * t;
+#pragma unroll
+    for (int nb = 0; nb < kC / 8; ++nb)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        uint32_t x = pack2<T>(Oi(4 * nb + 2 * hh), Oi(4 * nb + 2 * hh + 1));
+        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+        asm volatile(
+            "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
+            "r"(Lc), "l"(orow + 8 * nb * ostride + 8 * hh), "r"(x)
+            : "memory");
+      }
+  }
+};
+
+}  // namespace wgmma_recurrence
+}  // namespace linattn::cuda::kern

@@ -1,0 +1,157 @@
+// Hopper primitives of the wgmma kernels (sm_90a, 16-bit, K = 128): CUTLASS element types and
+// wgmma atoms, the 128-byte-swizzled shared-memory layouts of the chunk's tiles with their offsets
+// computed by hand, the cp.async copies into them, and the register-operand helpers.
+//
+// One tile layout serves several products: a token-major tile of 64 tokens x 128 channels stored
+// at mnmajor_off (the raw k rows) is the state update's MN-major B operand (channel, token) and,
+// read with the atoms ordered channel-block first (ChByTokK), the K-major operand (token, channel)
+// of K Kᵀ and Q Kᵀ; a 64 x 64 tile at kmajor_off<64> (U, the v tile) is read element-wise by the
+// pass and is the MN-major B operand (value column, token) of U = M⁻¹ (β v).
+#pragma once
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/common/copy.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/config/limits.hpp"
+
+namespace linattn::cuda::kern {
+namespace wgmma_recurrence {
+
+using namespace cute;
+
+constexpr int kC = config::kChunk;  // 64 tokens
+constexpr int kK = 128;             // key head size
+constexpr int kVT = 64;             // V tile = the wgmma's M
+constexpr int kThreads = 128;       // one warpgroup
+
+// CUTLASS's element type for a CUDA 16-bit type, and the wgmma atoms (float32 accumulators) CuTe's
+// selectors pick for it. RS (A from registers): N64 with a K-major B (W, Qg, raw q rows, Aqk),
+// N128 with a K-major (KgT) or MN-major (raw k rows) B for the state update; N64MN for U = M⁻¹ (β v).
+// SS (both from shared memory): K Kᵀ and Q Kᵀ.
+template <class T>
+struct Element;
+template <>
+struct Element<__nv_bfloat16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct Element<__half> {
+  using type = cutlass::half_t;
+};
+template <class T>
+struct Atoms {
+  using E = typename Element<T>::type;
+  template <int N, GMMA::Major MB>
+  using RS = decltype(GMMA::rs_op_selector<E, E, float, Shape<_64, Int<N>, _16>, GMMA::Major::K, MB>());
+  using N64 = RS<64, GMMA::Major::K>;
+  using N64MN = RS<64, GMMA::Major::MN>;
+  using N128K = RS<128, GMMA::Major::K>;
+  using N128MN = RS<128, GMMA::Major::MN>;
+  using SS64 = decltype(GMMA::ss_op_selector<E, E, float, Shape<_64, _64, _16>, GMMA::Major::K, GMMA::Major::K>());
+};
+
+// Operands in wgmma's 128-byte-swizzled canonical layouts, (rows, cols) as CuTe sees them.
+template <class E>
+struct Layouts {
+  using TokByK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}));   // W, Qg, q: (tok, ch)
+  using ChByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // KgT: (ch, tok)
+  using ChByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // raw k: (ch, tok)
+  // the raw k tile again, as a K-major (tok, ch) operand: its atoms run channel block first
+  using TokByKChFirst = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}, Step<_2, _1>{}));
+  using TokByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, _64>{}));     // Aqk: (tok, tok')
+  using VcByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<_64, _64>{}));   // v / U tile: (vcol, tok)
+};
+
+// Element offsets in the 128-byte-swizzled canonical layouts of Layouts<E> (16-bit E, tile base
+// 1024-byte aligned): 8-row x 64-element atoms, tiled down the rows first, each row's 16-byte
+// pieces permuted by XOR with the row mod 8. The same offsets as CuTe's tensors over those
+// layouts (checked element by element when this was written); by hand so that a thread's copy
+// offsets are a base and compile-time steps, not a swizzle evaluated per piece (ncu: the CuTe
+// indexing was 35% of the pass's instructions). The offset of the 8-element piece holding (r, c);
+// add c & 7 for the element.
+template <int ROWS>
+__device__ __forceinline__ int kmajor_off(int r, int c) {  // (row, col), col contiguous
+  return ((r >> 3) + (c >> 6) * (ROWS / 8)) * 512 + (r & 7) * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
+}
+__device__ __forceinline__ int mnmajor_off(int d, int j) {  // (channel d < 128, token j), d contiguous
+  return ((d >> 6) + 2 * (j >> 3)) * 512 + (j & 7) * 64 + ((((d >> 3) & 7) ^ (j & 7)) << 3);
+}
+
+// 16-byte pieces of a row-major global tile (ROWS x COLS, row stride gld) into a K-major swizzled
+// shared tile (kmajor_off), by the NT threads of a warpgroup. PRED: rows at or past `valid` are
+// zero-filled and not read.
+template <class T, int ROWS, int COLS, bool PRED>
+__device__ __forceinline__ void copy_kmajor(T* dst, const T* src, int64_t gld, int tid, int valid = ROWS) {
+  static_assert(sizeof(T) == 2, "16-bit");
+  constexpr int ppr = COLS / 8, rstep = kThreads / ppr, iters = ROWS / rstep;
+  static_assert(rstep % 8 == 0 && ROWS % rstep == 0, "whole atoms per pass");
+  const int r0 = tid / ppr, c0 = (tid % ppr) * 8;
+  T* s0 = dst + kmajor_off<ROWS>(r0, c0);
+  const T* g0 = src + r0 * gld + c0;
+#pragma unroll
+  for (int it = 0; it < iters; ++it) {
+    const bool ok = !PRED || r0 + it * rstep < valid;
+    cp_async16_zfill(s0 + it * rstep * 64, ok ? g0 + it * rstep * gld : src, ok);
+  }
+}
+// A token-major global tile (64 tokens x 128 channels, row stride gld) into the MN-major swizzled
+// (channel, token) tile (mnmajor_off): the raw k rows.
+template <class T>
+__device__ __forceinline__ void copy_mnmajor(T* dst, const T* src, int64_t gld, int tid, int valid) {
+  constexpr int ppr = 128 / 8, jstep = kThreads / ppr, iters = 64 / jstep;
+  static_assert(jstep == 8, "one token atom per pass");
+  const int j0 = tid / ppr, d0 = (tid % ppr) * 8;
+  T* s0 = dst + mnmajor_off(d0, j0);
+  const T* g0 = src + j0 * gld + d0;
+#pragma unroll
+  for (int it = 0; it < iters; ++it) {
+    const bool ok = j0 + it * jstep < valid;
+    cp_async16_zfill(s0 + it * 1024, ok ? g0 + it * jstep * gld : src, ok);
+  }
+}
+
+template <class Acc>
+__device__ __forceinline__ void fence_regs(Acc& a) {
+  warpgroup_fence_operand(a);
+}
+
+// Accumulator element i of an m64nN fragment held by thread (warp, g = lane / 4, t = lane % 4):
+// row 16 warp + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t + (i & 1). A register A operand
+// of k-blocks of 16 has the same order (acc_to_a).
+__device__ __forceinline__ int acc_row(int warp, int g, int i) { return 16 * warp + g + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
+
+// acc (an m64nN accumulator) into the A-operand registers of an m64 x kN product: the same
+// element order (both are the thread's (row, column-pair) values, 8 columns per 4 values).
+template <class FragA, class Acc>
+__device__ __forceinline__ void acc_to_a(FragA& a, const Acc& acc) {
+  using E = typename FragA::value_type;
+  static_assert(decltype(size(a))::value == decltype(size(acc))::value, "same element count");
+#pragma unroll
+  for (int i = 0; i < size(acc); ++i) a(i) = E(acc(i));
+}
+
+// k-blocks of 16 over an A fragment (registers or descriptors) and a B descriptor tensor; the
+// first overwrites acc when ZERO.
+template <bool ZERO, class Mma, class FA, class FB, class Acc>
+__device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, Acc& acc) {
+  mma.accumulate_ = ZERO ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+#pragma unroll
+  for (int kb = 0; kb < size<2>(a); ++kb) {
+    cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+}
+
+// A barrier over the 128 threads of one warpgroup (named barrier ID; 0 is __syncthreads').
+template <int ID>
+__device__ __forceinline__ void warpgroup_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(kThreads) : "memory");
+}
+
+}  // namespace wgmma_recurrence
+}  // namespace linattn::cuda::kern

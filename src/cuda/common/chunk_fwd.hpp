@@ -165,15 +165,4 @@ bool recurrence_wgmma_supported(int dtype, int K, int V);
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 
-// The fused forward of the scalar-gate delta rule (GDN) on Hopper (sm90/fused_forward_wgmma.cuh):
-// chunk_prep's work on a producer warpgroup feeding the wgmma recurrence through shared memory, one
-// kernel and no W / U / Aqk workspace. Where recurrence_wgmma_supported holds, for 16-bit GDN
-// without the `h` output (config::fused_forward_applies). prep: the inputs and chunk-local options
-// (prep_params; its chunk map and outputs are not read); state: seqs, h0 / ht, o, N, HV, K, V, v_first.
-struct FusedForwardParams {
-  PrepParams prep;
-  StateParams state;
-};
-cudaError_t launch_fused_forward_wgmma(int dtype, const FusedForwardParams& p, cudaStream_t s);
-
 }  // namespace linattn::cuda::kern

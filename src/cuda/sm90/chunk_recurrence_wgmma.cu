@@ -7,8 +7,6 @@ namespace linattn::cuda::kern {
 
 cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaStream_t s);
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
-cudaError_t launch_fused_forward_wgmma_bf16(const FusedForwardParams& p, cudaStream_t s);
-cudaError_t launch_fused_forward_wgmma_fp16(const FusedForwardParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -50,10 +48,6 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
   // no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
   const int stages = p.delta ? 3 : 2;
   return dtype == 0 ? launch_recurrence_wgmma_fp16(p, stages, s) : launch_recurrence_wgmma_bf16(p, stages, s);
-}
-
-cudaError_t launch_fused_forward_wgmma(int dtype, const FusedForwardParams& p, cudaStream_t s) {
-  return dtype == 0 ? launch_fused_forward_wgmma_fp16(p, s) : launch_fused_forward_wgmma_bf16(p, s);
 }
 
 }  // namespace linattn::cuda::kern

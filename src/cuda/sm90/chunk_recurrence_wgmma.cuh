@@ -3,8 +3,7 @@
 // KgT / k rows, Aqk, U / v and exp(γ_C) into a ring of stages by cp.async (completion signalled
 // on full[s] mbarriers by cp.async.mbarrier.arrive.noinc), and the consumer warpgroup
 // (recurrence_consumer.cuh) runs the recurrence, releasing a stage on empty[s] after its last
-// wgmma. No block-wide barrier in the chunk loop. The scalar-gate delta rule (GDN) on Hopper
-// runs fused_forward_wgmma.cuh instead, whose producer computes these operands on chip.
+// wgmma. No block-wide barrier in the chunk loop.
 #pragma once
 
 #include "cuda/sm90/recurrence_consumer.cuh"

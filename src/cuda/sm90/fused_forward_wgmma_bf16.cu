@@ -1,8 +1,0 @@
-// The fused GDN forward's bf16 instantiation (fused_forward_wgmma.cuh).
-#include "cuda/sm90/fused_forward_wgmma.cuh"
-
-namespace linattn::cuda::kern {
-cudaError_t launch_fused_forward_wgmma_bf16(const FusedForwardParams& p, cudaStream_t s) {
-  return wgmma_recurrence::launch_fused<__nv_bfloat16>(p, s);
-}
-}  // namespace linattn::cuda::kern

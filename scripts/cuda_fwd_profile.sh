@@ -4,7 +4,8 @@
 #   bash scripts/cuda_fwd_profile.sh OUTDIR [configs, default gdn,kda_safe_gate] [ncu --set, default full]
 # configs: kda, kda_steep, kda_safe_gate, gdn (the bench's --only names).
 # Writes OUTDIR/<config>.details.txt (all sections), <config>.source.csv (per CUDA line) and
-# <config>.sass.csv (per SASS instruction, with source counters).
+# <config>.sass.csv (per SASS instruction, with source counters). KREGEX: the kernel-name regex
+# (default chunk_|fused_).
 set -u
 out=${1:-/tmp/prof}
 cfgs=${2:-gdn,kda_safe_gate}
@@ -12,7 +13,7 @@ set_name=${3:-full}
 bin=./build-gpu/linattn_cuda_stage_bench
 mkdir -p "$out"
 for c in ${cfgs//,/ }; do
-  timeout 300 ncu --clock-control none --kernel-name regex:chunk_ --launch-skip 4 \
+  timeout 300 ncu --clock-control none --kernel-name "regex:${KREGEX:-chunk_|fused_}" --launch-skip 4 \
     --launch-count 2 --set "$set_name" --import-source yes -f -o "$out/$c" "$bin" \
     forward --only "$c" > "$out/$c.ncu.log" 2>&1
   ncu -i "$out/$c.ncu-rep" --page details > "$out/$c.details.txt" 2>&1 || true

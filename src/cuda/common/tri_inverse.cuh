@@ -2,7 +2,10 @@
 // triangular: the delta rule's tril(diag(β) K Kᵀ ⊙ decay, -1)), in blocks of 16:
 //   diagonal blocks T_II by forward substitution (one thread a column, in registers);
 //   off-diagonal blocks by levels on the TF32 tensor cores, T_IJ = -T_II sum_{J <= K' < I} A_IK' T_K'J.
-// Storage: the full 64 x 64 row-major float matrices of chunk_prep (kLdA stride).
+// Two storage forms: the full 64 x 64 row-major float matrices of chunk_prep (kLdA stride), and
+// the compact one of the Hopper producer (sm90/intra_chunk_scalar_delta.cuh): ten 16 x 16 blocks
+// of A (diagonal ones replaced by T_II) and six off-diagonal blocks of T, 20 floats a row, in
+// 25.6 KB instead of 34.8 KB — what lets three stages of the fused forward fit shared memory.
 #pragma once
 
 #include "cuda/common/mma.cuh"
@@ -72,5 +75,71 @@ __device__ __forceinline__ void inv_offdiag_block(float* Ti, const float* Akk, f
   }
 }
 
+
+// ---- compact block form: block (I, J <= I) of A at tri_block(I, J); off-diagonal T at tri_off(I, J)
+constexpr int kTriLd = 20;                  // floats a block row: 16 + 4 (fragment loads on distinct banks)
+constexpr int kTriBlock = 16 * kTriLd;      // floats a block
+__host__ __device__ constexpr int tri_block(int I, int J) { return (I * (I + 1) / 2 + J) * kTriBlock; }
+__host__ __device__ constexpr int tri_off(int I, int J) { return (I * (I - 1) / 2 + J) * kTriBlock; }
+
+// Diagonal block b's column cc (threads 16 b + cc of one warp: a block's 16 threads share a warp),
+// substituted in registers and written over A_bb once the warp has read it.
+__device__ __forceinline__ void tri_diag_compact(float* Ab, int b, int cc) {
+  float* blk = Ab + tri_block(b, b);
+  float tcol[16];
+#pragma unroll
+  for (int ii = 0; ii < 16; ++ii) {
+    float s = 0.f;
+    if (ii > 0) {
+      float arow[16];
+#pragma unroll
+      for (int q4 = 0; q4 < (ii + 3) / 4; ++q4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(blk + ii * kTriLd + 4 * q4);
+        arow[4 * q4] = a4.x; arow[4 * q4 + 1] = a4.y; arow[4 * q4 + 2] = a4.z; arow[4 * q4 + 3] = a4.w;
+      }
+#pragma unroll
+      for (int jj = 0; jj < ii; ++jj) s = fmaf(arow[jj], tcol[jj], s);
+    }
+    tcol[ii] = ii < cc ? 0.f : (ii == cc ? 1.f : -s);
+  }
+  __syncwarp();  // every thread of the block has read A_bb
+#pragma unroll
+  for (int ii = 0; ii < 16; ++ii) blk[ii * kTriLd + cc] = tcol[ii];
+}
+
+// One off-diagonal block T_IJ by one warp; X: a warp-private 16 x kTriLd float scratch.
+template <bool SPLIT>
+__device__ __forceinline__ void tri_offdiag_compact(float* Ab, float* Tb, float* X, int I, int J) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float x[2][4], y[2][4];
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[ni][e] = y[ni][e] = 0.f;
+  for (int Kp = J; Kp < I; ++Kp)  // T_K'J: the diagonal block (in Ab) for K' = J
+    mma16x16_f32<SPLIT>(x, Ab + tri_block(I, Kp), kTriLd, Kp == J ? Ab + tri_block(J, J) : Tb + tri_off(Kp, J), kTriLd, 16);
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    *reinterpret_cast<float2*>(X + g * kTriLd + 8 * ni + 2 * t) = make_float2(x[ni][0], x[ni][1]);
+    *reinterpret_cast<float2*>(X + (g + 8) * kTriLd + 8 * ni + 2 * t) = make_float2(x[ni][2], x[ni][3]);
+  }
+  __syncwarp();
+  mma16x16_f32<SPLIT>(y, Ab + tri_block(I, I), kTriLd, X, kTriLd, 16);
+  float* out = Tb + tri_off(I, J);
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    *reinterpret_cast<float2*>(out + g * kTriLd + 8 * ni + 2 * t) = make_float2(-y[ni][0], -y[ni][1]);
+    *reinterpret_cast<float2*>(out + (g + 8) * kTriLd + 8 * ni + 2 * t) = make_float2(-y[ni][2], -y[ni][3]);
+  }
+  __syncwarp();  // X is reused by this warp's next block
+}
+
+// T(r, c) of the compact form (0 above the diagonal).
+__device__ __forceinline__ float tri_at(const float* Ab, const float* Tb, int r, int c) {
+  const int I = r >> 4, J = c >> 4;
+  if (J > I) return 0.f;
+  const int e = (r & 15) * kTriLd + (c & 15);
+  return J == I ? Ab[tri_block(I, I) + e] : Tb[tri_off(I, J) + e];
+}
 
 }  // namespace linattn::cuda::kern

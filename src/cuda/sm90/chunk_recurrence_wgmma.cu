@@ -7,6 +7,8 @@ namespace linattn::cuda::kern {
 
 cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaStream_t s);
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
+cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
+cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -48,6 +50,16 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
   // no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
   const int stages = p.delta ? 3 : 2;
   return dtype == 0 ? launch_recurrence_wgmma_fp16(p, stages, s) : launch_recurrence_wgmma_bf16(p, stages, s);
+}
+
+bool prep_wgmma_applies(int dtype, const PrepParams& p) {
+  return p.delta && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr && p.W && p.U && p.Aqk &&
+         p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr && p.g_gamma == nullptr &&
+         (p.V == 64 || p.V == 128) && recurrence_wgmma_supported(dtype, p.K, p.V);
+}
+
+cudaError_t launch_prep_wgmma(int dtype, const PrepParams& p, cudaStream_t s) {
+  return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }
 
 }  // namespace linattn::cuda::kern

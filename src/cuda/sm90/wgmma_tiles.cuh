@@ -1,7 +1,12 @@
 // Hopper primitives of the wgmma kernels (sm_90a, 16-bit, K = 128): CUTLASS element types and
 // wgmma atoms, the 128-byte-swizzled shared-memory layouts of the chunk's tiles with their offsets
 // computed by hand, the cp.async copies into them, and the register-operand helpers.
-
+//
+// One tile layout serves several products: a token-major tile of 64 tokens x 128 channels stored
+// at mnmajor_off (the raw k rows) is the state update's MN-major B operand (channel, token) and,
+// read with the atoms ordered channel-block first (ChByTokK), the K-major operand (token, channel)
+// of K Kᵀ and Q Kᵀ; a 64 x 64 tile at kmajor_off<64> (U, the v tile) is read element-wise by the
+// pass and is the MN-major B operand (value column, token) of U = M⁻¹ (β v).
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -25,7 +30,8 @@ constexpr int kThreads = 128;       // one warpgroup
 
 // CUTLASS's element type for a CUDA 16-bit type, and the wgmma atoms (float32 accumulators) CuTe's
 // selectors pick for it. RS (A from registers): N64 with a K-major B (W, Qg, raw q rows, Aqk),
-// N128 with a K-major (KgT) or MN-major (raw k rows) B for the state update.
+// N128 with a K-major (KgT) or MN-major (raw k rows) B for the state update; N64MN for U = M⁻¹ (β v).
+// SS (both from shared memory): K Kᵀ and Q Kᵀ.
 template <class T>
 struct Element;
 template <>
@@ -42,8 +48,10 @@ struct Atoms {
   template <int N, GMMA::Major MB>
   using RS = decltype(GMMA::rs_op_selector<E, E, float, Shape<_64, Int<N>, _16>, GMMA::Major::K, MB>());
   using N64 = RS<64, GMMA::Major::K>;
+  using N64MN = RS<64, GMMA::Major::MN>;
   using N128K = RS<128, GMMA::Major::K>;
   using N128MN = RS<128, GMMA::Major::MN>;
+  using SS64 = decltype(GMMA::ss_op_selector<E, E, float, Shape<_64, _64, _16>, GMMA::Major::K, GMMA::Major::K>());
 };
 
 // Operands in wgmma's 128-byte-swizzled canonical layouts, (rows, cols) as CuTe sees them.
@@ -52,7 +60,10 @@ struct Layouts {
   using TokByK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}));   // W, Qg, q: (tok, ch)
   using ChByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // KgT: (ch, tok)
   using ChByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<Int<kK>, _64>{}));  // raw k: (ch, tok)
+  // the raw k tile again, as a K-major (tok, ch) operand: its atoms run channel block first
+  using TokByKChFirst = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}, Step<_2, _1>{}));
   using TokByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, _64>{}));     // Aqk: (tok, tok')
+  using VcByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<_64, _64>{}));   // v / U tile: (vcol, tok)
 };
 
 // Element offsets in the 128-byte-swizzled canonical layouts of Layouts<E> (16-bit E, tile base
@@ -134,6 +145,12 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, const FA& a, const FB& b, Acc&
     cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
+}
+
+// A barrier over the 128 threads of one warpgroup (named barrier ID; 0 is __syncthreads').
+template <int ID>
+__device__ __forceinline__ void warpgroup_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(kThreads) : "memory");
 }
 
 }  // namespace wgmma_recurrence

@@ -1,0 +1,315 @@
+// The chunk-local work of the scalar-gate delta rule (GDN) on one warpgroup of Hopper, producing
+// the operands of the wgmma recurrence (recurrence_consumer.cuh) in a shared-memory stage. Run
+// chunk-parallel by chunk_prep_wgmma.cuh (the forward's chunk-local kernel for 16-bit GDN on
+// Hopper; branch fused-gdn also runs it as the producer warpgroup of a fused kernel). Per chunk of
+// 64 tokens:
+//   γ  = chunk-local cumsum of the (in-kernel transformed, floored) gate; β (sigmoid when asked);
+//   r  = the l2-norm reciprocals of the q and k rows (1 without l2norm);
+//   K Kᵀ and Q Kᵀ on SS wgmma (m64n64k128) from the raw q / k tiles, then the decay, β, r, scale;
+//   Aqk = scale tril(r_q Q Kᵀ r_k ⊙ e^{γ_i - γ_j})              (16-bit, into the stage)
+//   T   = (I + tril(β r K Kᵀ r ⊙ e^{γ_i - γ_j}, -1))⁻¹           (tri_inverse.cuh, compact form)
+//   W   = (T diag(β r_k e^γ)) k,  U = (T diag(β)) v              (RS wgmma: A from registers, the raw
+//                                                                 k and v tiles as MN-major B)
+//   the row factors of the raw-row pass and exp(γ_C).
+// The same quantities as chunk_prep's scalar-gate form (chunk_prep.cuh), which the other GPUs and
+// the backward's recompute keep.
+#pragma once
+
+#include "cuda/common/gate.cuh"
+#include "cuda/common/tri_inverse.cuh"
+#include "cuda/sm90/recurrence_consumer.cuh"
+
+namespace linattn::cuda::kern {
+namespace wgmma_recurrence {
+
+// The producer's own shared memory (besides the stages it fills).
+struct ScalarDeltaScratch {
+  alignas(16) float Ab[10 * kTriBlock];  // A's lower blocks; the diagonal ones become T_II
+  alignas(16) float Tb[6 * kTriBlock];   // T's off-diagonal blocks
+  alignas(16) float gam[kC];             // γ (chunk-local cumsum); past the chunk's end: γ of its last token
+  alignas(16) float bet[kC];             // β (0 past the chunk's end)
+  alignas(16) float rk[kC];
+  alignas(16) float rq[kC];
+  alignas(16) float nk2[kC];  // |k_i|², |q_i|²: the diagonals of K Kᵀ and Q Qᵀ
+  alignas(16) float nq2[kC];
+  alignas(16) float wfac[kC];  // β_j r_k,j e^{γ_j}: W's column factor on T
+};
+
+template <class T>
+struct ScalarDeltaProducer {
+  using A = Atoms<T>;
+  using E = typename A::E;
+  using L = Layouts<E>;
+  using Stage = RecurrenceStage<E, true>;
+
+  const PrepParams& pp;
+  ScalarDeltaScratch& sc;
+  int tid, warp, lane, g, t;
+  int hv, hk, v0;
+  gate::HeadGate hg;
+  float dtb;
+  float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};  // the next chunk's raw gate (warp 0) / β (warp 1), tokens 2 lane, 2 lane + 1
+
+  __device__ ScalarDeltaProducer(const PrepParams& p_, ScalarDeltaScratch& sc_, int tid_, int hv_, int v0_)
+      : pp(p_), sc(sc_), tid(tid_), hv(hv_), v0(v0_) {
+    warp = tid >> 5;
+    lane = tid & 31;
+    g = lane >> 2;
+    t = lane & 3;
+    hk = hv / pp.G;
+    hg.kind = pp.gate_kind;
+    hg.has_alog = pp.gate_kind != 0 && pp.has_alog;
+    hg.alog = hg.has_alog ? load_any(pp.A_log, pp.alog_dt, hv) : 0.f;
+    hg.ea = expf(hg.alog);
+    hg.lower_bound = pp.lower_bound;
+    hg.gamma = 0.f;
+    dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
+  }
+
+  // cp.async of chunk (t0, Lc)'s q, k rows and v tile into st (one commit group), and the raw gate
+  // and β into registers (their latency hides behind the current chunk's work).
+  __device__ __forceinline__ void load(Stage& st, int t0, int Lc) {
+    const int64_t rs = static_cast<int64_t>(pp.H) * kK;
+    const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
+    copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
+    copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
+    const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
+    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u),
+                                  static_cast<const T*>(pp.v) + static_cast<int64_t>(t0) * vs +
+                                      static_cast<int64_t>(hv) * pp.V + v0,
+                                  vs, tid, Lc);
+    cp_commit();
+    if (warp < 2) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int i = 2 * lane + m;
+        const int64_t at = static_cast<int64_t>(t0 + i) * pp.HV + hv;
+        if (warp == 0) graw[m] = i < Lc && pp.g ? load_any(pp.g, pp.g_dt, at) : 0.f;
+        else braw[m] = i < Lc ? load_any(pp.beta, pp.beta_dt, at) : 0.f;
+      }
+    }
+  }
+
+  // The chunk whose inputs load() put in st (landed and visible to this warpgroup): every operand
+  // of the consumer into st. Ends with every producer thread's writes done (not yet fenced).
+  // T diag(f) (rows of block row `warp`) as the A operand of an m64 x k64 product: element i is
+  // (acc_row, acc_col), its column block J = i / 8 compile-time.
+  template <class Frag>
+  __device__ __forceinline__ void scaled_t(Frag& a, const float* f) const {
+    using EE = typename Frag::value_type;
+#pragma unroll
+    for (int i = 0; i < size(a); ++i) {
+      const int r = acc_row(warp, g, i), c = acc_col(t, i), J = i >> 3;
+      const int e = (r & 15) * kTriLd + (c & 15);
+      float tv = 0.f;
+      if (J == warp) tv = sc.Ab[tri_block(J, J) + e];
+      else if (J < warp) tv = sc.Tb[tri_off(warp, J) + e];
+      a(i) = EE(tv * f[c]);
+    }
+  }
+
+  // U = (T diag(β)) v for another 64-column tile (v in `vt`, kmajor_off<64>, visible to the async
+  // proxy), written over it; T and β of the last compute() (the chunk-parallel prep's second tile).
+  __device__ __forceinline__ void u_tile(E* vt) {
+    Tensor Ua = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+    scaled_t(Ua, sc.bet);
+    auto mmaU = make_tiled_mma(typename A::N64MN{});
+    Tensor tVu = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(vt), typename L::VcByTokMN{}));
+    Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
+    fence_regs(Ua);
+    fence_regs(accU);
+    warpgroup_arrive();
+    wg_gemm<true>(mmaU, Ua, tVu, accU);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    fence_regs(accU);
+    warpgroup_sync<1>();  // every warp's wgmmas are done with v
+    T* su = reinterpret_cast<T*>(vt);
+#pragma unroll
+    for (int i = 0; i < size(accU); i += 2) {
+      const int r = acc_row(warp, g, i), c = acc_col(t, i);
+      *reinterpret_cast<uint32_t*>(su + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accU(i), accU(i + 1));
+    }
+  }
+
+  // graw_c / braw_c: this chunk's raw gate and β (what load() fetched for it).
+  __device__ __forceinline__ void compute(Stage& st, int Lc, const float (&graw_c)[2], const float (&braw_c)[2]) {
+    // ---- γ (warp 0: two tokens a lane, one warp-wide scan), β (warp 1)
+    if (warp == 0) {
+      float x[2] = {0.f, 0.f};
+      gate::with_head_gate(hg, [&](auto kind, auto regular) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+          if (2 * lane + m < Lc)
+            x[m] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, graw_c[m], dtb);
+      });
+      float s = x[0] + x[1];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, s, o);
+        if (lane >= o) s += y;
+      }
+      // s: inclusive sum through token 2 lane + 1; tokens past Lc add 0 (γ stays at the last token's)
+      sc.gam[2 * lane] = s - x[1];
+      sc.gam[2 * lane + 1] = s;
+    } else if (warp == 1) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        float b = 0.f;
+        if (2 * lane + m < Lc) {
+          b = braw_c[m];
+          if (pp.beta_mode != 0) b = (pp.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
+        }
+        sc.bet[2 * lane + m] = b;
+      }
+    }
+    // ---- K Kᵀ, Q Kᵀ and (l2norm) Q Qᵀ on SS wgmma from the staged tiles; the row norms are
+    // the diagonals of K Kᵀ and Q Qᵀ (float32 sums of exact 16-bit products)
+    auto mmaSS = make_tiled_mma(typename A::SS64{});
+    auto thrSS = mmaSS.get_thread_slice(tid);
+    Tensor sKt = make_tensor(make_smem_ptr(st.k), typename L::TokByKChFirst{});  // (tok, ch)
+    Tensor sQt = make_tensor(make_smem_ptr(st.q), typename L::TokByK{});         // (tok, ch)
+    Tensor tKa = thrSS.partition_fragment_A(sKt);
+    Tensor tQa = thrSS.partition_fragment_A(sQt);
+    Tensor tKb = thrSS.partition_fragment_B(sKt);
+    Tensor accK = partition_fragment_C(mmaSS, Shape<_64, _64>{});
+    Tensor accQ = partition_fragment_C(mmaSS, Shape<_64, _64>{});
+    fence_regs(accK);
+    fence_regs(accQ);
+    warpgroup_arrive();
+    wg_gemm<true>(mmaSS, tKa, tKb, accK);
+    wg_gemm<true>(mmaSS, tQa, tKb, accQ);
+    warpgroup_commit_batch();
+    if (pp.l2norm) {
+      Tensor tQb = thrSS.partition_fragment_B(sQt);
+      Tensor accN = partition_fragment_C(mmaSS, Shape<_64, _64>{});
+      fence_regs(accN);
+      warpgroup_arrive();
+      wg_gemm<true>(mmaSS, tQa, tQb, accN);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      fence_regs(accN);
+      fence_regs(accK);
+      // element (r, r) is held by one thread: column block 2 warp + h, lane with 2 t + e = g
+#pragma unroll
+      for (int i = 0; i < size(accN); ++i) {
+        const int r = acc_row(warp, g, i), c = acc_col(t, i);
+        if (c == r) {
+          sc.nk2[r] = accK(i);
+          sc.nq2[r] = accN(i);
+        }
+      }
+    } else {
+      warpgroup_wait<0>();
+      fence_regs(accK);
+    }
+    fence_regs(accQ);
+    warpgroup_sync<1>();  // γ, β, the squared norms
+    // per-token factors: r_k, r_q, W's column factor, the raw-row pass's row factors, exp(γ_C)
+    const float gC = sc.gam[kC - 1];
+    st.ge[tid] = expf(gC);
+    if (tid < kC) {
+      const float rk = pp.l2norm ? rsqrtf(sc.nk2[tid] + 1e-6f) : 1.f;
+      const float rq = pp.l2norm ? rsqrtf(sc.nq2[tid] + 1e-6f) : 1.f;
+      const float gt = sc.gam[tid];
+      sc.rk[tid] = rk;
+      sc.rq[tid] = rq;
+      sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
+      st.rf[tid] = tid < Lc ? pp.scale * rq * __expf(gt) : 0.f;
+      st.rf[kC + tid] = tid < Lc ? rk * __expf(gC - gt) : 0.f;
+    }
+    warpgroup_sync<1>();
+
+    // ---- the decay epilogue: A (float, compact blocks, j < i) and Aqk (16-bit, into the stage).
+    // Column block nb (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when
+    // nb > 2 warp + 1 (warp-uniform): zeros, no exps.
+    T* sa = reinterpret_cast<T*>(st.a);
+    float gi[2], sqf[2], bk[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * warp + g + 8 * h;
+      gi[h] = sc.gam[r];
+      sqf[h] = pp.scale * sc.rq[r];
+      bk[h] = sc.bet[r] * sc.rk[r];
+    }
+#pragma unroll
+    for (int nb = 0; nb < kC / 8; ++nb) {
+      const int c = 8 * nb + 2 * t;
+      const bool live = nb <= 2 * warp + 1;
+      float2 gc = make_float2(0.f, 0.f), kc = make_float2(0.f, 0.f);
+      if (live) {
+        gc = *reinterpret_cast<const float2*>(sc.gam + c);
+        kc = *reinterpret_cast<const float2*>(sc.rk + c);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * nb + 2 * h, r = 16 * warp + g + 8 * h;
+        float d0 = 0.f, d1 = 0.f;
+        if (live) {
+          d0 = c <= r ? __expf(gi[h] - gc.x) * kc.x : 0.f;
+          d1 = c + 1 <= r ? __expf(gi[h] - gc.y) * kc.y : 0.f;
+        }
+        *reinterpret_cast<uint32_t*>(sa + kmajor_off<kC>(r, c) + (c & 7)) =
+            pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
+        if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
+          const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
+          const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
+          *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
+        }
+      }
+    }
+    warpgroup_sync<1>();
+
+    // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks (X: a warp's
+    // scratch in the stage's W tile, written only after the inverse)
+    if (tid < kC) tri_diag_compact(sc.Ab, tid >> 4, tid & 15);
+    warpgroup_sync<1>();
+    float* X = reinterpret_cast<float*>(st.w) + warp * kTriBlock;
+    if (warp < 3) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 1, warp);
+    warpgroup_sync<1>();
+    if (warp < 2) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 2, warp);
+    warpgroup_sync<1>();
+    if (warp == 0) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, 3, 0);
+    warpgroup_sync<1>();
+
+    // ---- W = (T diag(β r_k e^γ)) k and U = (T diag(β)) v: the scaled T as register A operands
+    Tensor Wa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+    Tensor Ua = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+    scaled_t(Wa, sc.wfac);
+    scaled_t(Ua, sc.bet);
+    auto mmaW = make_tiled_mma(typename A::N128MN{});
+    auto mmaU = make_tiled_mma(typename A::N64MN{});
+    Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(st.k), typename L::ChByTokMN{}));
+    Tensor tVu = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(st.u), typename L::VcByTokMN{}));
+    Tensor accW = partition_fragment_C(mmaW, Shape<_64, Int<kK>>{});
+    Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
+    fence_regs(Wa);
+    fence_regs(Ua);
+    fence_regs(accW);
+    fence_regs(accU);
+    warpgroup_arrive();
+    wg_gemm<true>(mmaW, Wa, tKw, accW);
+    wg_gemm<true>(mmaU, Ua, tVu, accU);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    fence_regs(accW);
+    fence_regs(accU);
+    warpgroup_sync<1>();  // every warp's wgmmas are done with v before U overwrites it
+
+    T* sw = reinterpret_cast<T*>(st.w);
+    T* su = reinterpret_cast<T*>(st.u);
+#pragma unroll
+    for (int i = 0; i < size(accW); i += 2) {
+      const int r = acc_row(warp, g, i), c = acc_col(t, i);
+      *reinterpret_cast<uint32_t*>(sw + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accW(i), accW(i + 1));
+    }
+#pragma unroll
+    for (int i = 0; i < size(accU); i += 2) {
+      const int r = acc_row(warp, g, i), c = acc_col(t, i);
+      *reinterpret_cast<uint32_t*>(su + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accU(i), accU(i + 1));
+    }
+  }
+};
+
+}  // namespace wgmma_recurrence
+}  // namespace linattn::cuda::kern

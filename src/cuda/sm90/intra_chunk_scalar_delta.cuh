@@ -92,19 +92,37 @@ struct ScalarDeltaProducer {
 
   // The chunk whose inputs load() put in st (landed and visible to this warpgroup): every operand
   // of the consumer into st. Ends with every producer thread's writes done (not yet fenced).
-  // T diag(f) (rows of block row `warp`) as the A operand of an m64 x k64 product: element i is
-  // (acc_row, acc_col), its column block J = i / 8 compile-time.
+  // T diag(f0) and T diag(f1) (rows of block row `warp`) as the A operands of m64 x k64 products:
+  // element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a block's base
+  // (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen once per J and
+  // the element offsets are one per-thread base plus immediates.
   template <class Frag>
-  __device__ __forceinline__ void scaled_t(Frag& a, const float* f) const {
+  __device__ __forceinline__ void scaled_t(Frag& a0, const float* f0, Frag* a1, const float* f1) const {
     using EE = typename Frag::value_type;
+    const int eb = g * kTriLd + 2 * t;  // (r & 15, c & 15) - (8 h, 8 ((i >> 2) & 1) + (i & 1))
 #pragma unroll
-    for (int i = 0; i < size(a); ++i) {
-      const int r = acc_row(warp, g, i), c = acc_col(t, i), J = i >> 3;
-      const int e = (r & 15) * kTriLd + (c & 15);
-      float tv = 0.f;
-      if (J == warp) tv = sc.Ab[tri_block(J, J) + e];
-      else if (J < warp) tv = sc.Tb[tri_off(warp, J) + e];
-      a(i) = EE(tv * f[c]);
+    for (int J = 0; J < 4; ++J) {
+      const bool live = J <= warp;  // warp-uniform
+      const float* blk = J == warp ? sc.Ab + tri_block(warp, warp) : sc.Tb + tri_off(warp > J ? warp : 1, warp > J ? J : 0);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // the two 8-column groups of block J: i = 8 J + 4 q + 2 h + e
+        const int c = 16 * J + 8 * q + 2 * t;
+        const float2 x0 = *reinterpret_cast<const float2*>(f0 + c);
+        float2 x1 = make_float2(0.f, 0.f);
+        if (a1) x1 = *reinterpret_cast<const float2*>(f1 + c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float2 tv = make_float2(0.f, 0.f);
+          if (live) tv = *reinterpret_cast<const float2*>(blk + eb + 8 * h * kTriLd + 8 * q);
+          const int i = 8 * J + 4 * q + 2 * h;
+          a0(i) = EE(tv.x * x0.x);
+          a0(i + 1) = EE(tv.y * x0.y);
+          if (a1) {
+            (*a1)(i) = EE(tv.x * x1.x);
+            (*a1)(i + 1) = EE(tv.y * x1.y);
+          }
+        }
+      }
     }
   }
 
@@ -112,7 +130,7 @@ struct ScalarDeltaProducer {
   // proxy), written over it; T and β of the last compute() (the chunk-parallel prep's second tile).
   __device__ __forceinline__ void u_tile(E* vt) {
     Tensor Ua = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
-    scaled_t(Ua, sc.bet);
+    scaled_t(Ua, sc.bet, static_cast<decltype(Ua)*>(nullptr), nullptr);
     auto mmaU = make_tiled_mma(typename A::N64MN{});
     Tensor tVu = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(vt), typename L::VcByTokMN{}));
     Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
@@ -275,8 +293,7 @@ struct ScalarDeltaProducer {
     // ---- W = (T diag(β r_k e^γ)) k and U = (T diag(β)) v: the scaled T as register A operands
     Tensor Wa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
     Tensor Ua = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
-    scaled_t(Wa, sc.wfac);
-    scaled_t(Ua, sc.bet);
+    scaled_t(Wa, sc.wfac, &Ua, sc.bet);
     auto mmaW = make_tiled_mma(typename A::N128MN{});
     auto mmaU = make_tiled_mma(typename A::N64MN{});
     Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(st.k), typename L::ChByTokMN{}));

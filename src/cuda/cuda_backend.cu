@@ -100,28 +100,6 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
 
-  // Hopper, simple GLA: chunk-local work and recurrence in one kernel (no Aqk round trip)
-  if (config::fused_forward_applies(p, out.h.present())) {
-    if (p.N == 0) return Status::Ok();
-    kern::FusedForwardParams fp{};
-    fp.prep = prep_params(p, in);
-    kern::StateParams& sp = fp.state;
-    sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + lay.seqs);
-    sp.h0 = p.has_h0 ? in.initial_state.data : nullptr;
-    sp.h0_dt = p.has_h0 ? dtype_code(in.initial_state.dtype) : 2;
-    sp.ht = out.final_state.present() ? out.final_state.data : nullptr;
-    sp.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
-    sp.o = out.o.data;
-    sp.N = static_cast<int>(p.N);
-    sp.HV = static_cast<int>(p.HV);
-    sp.K = static_cast<int>(p.K);
-    sp.V = static_cast<int>(p.V);
-    sp.v_first = p.opt.state_v_first ? 1 : 0;
-    e = kern::launch_fused_forward_wgmma(dt, fp, st);
-    if (e != cudaSuccess) return cuda_error("fused forward launch", e);
-    return Status::Ok();
-  }
-
   // ---- kernel 1: chunk-local preparation
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, in);

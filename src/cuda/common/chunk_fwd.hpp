@@ -172,15 +172,4 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 bool prep_wgmma_applies(int dtype, const PrepParams& p);
 cudaError_t launch_prep_wgmma(int dtype, const PrepParams& p, cudaStream_t s);
 
-// The fused forward of the scalar gate without the delta rule (simple GLA) on Hopper
-// (sm90/fused_forward_wgmma.cuh): the chunk-local work on a producer warpgroup feeding the wgmma
-// recurrence through shared memory, one kernel and no Aqk / row-factor workspace round trip.
-// config::fused_forward_applies says where. prep: the inputs and chunk-local options (prep_params;
-// its chunk map and outputs are not read); state: seqs, h0 / ht, o, N, HV, K, V, v_first.
-struct FusedForwardParams {
-  PrepParams prep;
-  StateParams state;
-};
-cudaError_t launch_fused_forward_wgmma(int dtype, const FusedForwardParams& p, cudaStream_t s);
-
 }  // namespace linattn::cuda::kern

@@ -3,7 +3,7 @@
 //   diagonal blocks T_II by forward substitution (one thread a column, in registers);
 //   off-diagonal blocks by levels on the TF32 tensor cores, T_IJ = -T_II sum_{J <= K' < I} A_IK' T_K'J.
 // Two storage forms: the full 64 x 64 row-major float matrices of chunk_prep (kLdA stride), and
-// the compact one of the Hopper producer (sm90/intra_chunk_scalar_gate.cuh): ten 16 x 16 blocks
+// the compact one of the Hopper producer (sm90/intra_chunk_scalar_delta.cuh): ten 16 x 16 blocks
 // of A (diagonal ones replaced by T_II) and six off-diagonal blocks of T, 20 floats a row, in
 // 25.6 KB instead of 34.8 KB — what lets three stages of the fused forward fit shared memory.
 #pragma once

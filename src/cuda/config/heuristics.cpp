@@ -18,11 +18,6 @@ bool reads_v_rows(const detail::Problem& p) {
   return !p.delta && p.dtype != DType::kFloat32 && (p.K == 64 || p.K == 128);
 }
 
-bool fused_forward_applies(const detail::Problem& p, bool h_output) {
-  return !p.delta && raw_rows(p) && !h_output &&
-         kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V));
-}
-
 PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);
   if (with_q <= 200 * 1024) return {with_q, 1};

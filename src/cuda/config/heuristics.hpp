@@ -24,13 +24,6 @@ bool raw_rows(const detail::Problem& p);
 // V_new = V is read from the v rows, so neither chunk_prep's U nor its workspace exists.
 bool reads_v_rows(const detail::Problem& p);
 
-// The fused forward (sm90/fused_forward_wgmma.cuh: the chunk-local work and the recurrence in one
-// Hopper kernel): the scalar gate without the delta rule (simple GLA), 16-bit, where the wgmma
-// recurrence is supported (sm_90a build, CC 9.0 device, K = 128, V a multiple of 64), without the
-// `h` output. With the delta rule (GDN) its one producer warpgroup is slower than chunk_prep + the
-// pass (docs/fused_forward_design.md).
-bool fused_forward_applies(const detail::Problem& p, bool h_output);
-
 // chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB.
 struct PrepSmem {
   std::size_t bytes;

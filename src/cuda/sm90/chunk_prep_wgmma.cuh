@@ -1,11 +1,11 @@
 // chunk_prep of the scalar-gate delta rule (GDN) on Hopper (sm_90a, 16-bit, K = 128, V 64 or 128):
-// one warpgroup per (chunk, value head) runs intra_chunk_scalar_gate.cuh's chunk-local work on
+// one warpgroup per (chunk, value head) runs intra_chunk_scalar_delta.cuh's chunk-local work on
 // wgmma into shared memory, then writes W, U, Aqk, the row factors and exp(γ_C) to the workspace
 // in chunk_prep's layouts (PrepParams), for the raw-row wgmma pass. Two CTAs an SM (96 KB each).
 #pragma once
 
 #include "cuda/sm90/chunk_recurrence_wgmma.cuh"
-#include "cuda/sm90/intra_chunk_scalar_gate.cuh"
+#include "cuda/sm90/intra_chunk_scalar_delta.cuh"
 
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
@@ -14,7 +14,7 @@ template <class E>
 struct alignas(1024) PrepWgmmaSmem {
   RecurrenceStage<E, true> st;  // q, k, v tile 0 in; W, Aqk, U tile 0, row factors, exp(γ_C) out
   alignas(1024) E v1[kC * kVT];  // v tile 1 in (V = 128), U tile 1 out
-  ScalarGateScratch<true> sc;
+  ScalarDeltaScratch sc;
 };
 
 // A K-major swizzled shared tile (kmajor_off) out to a row-major global one (row stride gld), in
@@ -33,7 +33,7 @@ __device__ __forceinline__ void store_kmajor(T* dst, int64_t gld, const T* src, 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 2) chunk_prep_scalar_delta_wgmma_kernel(const __grid_constant__ PrepParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Producer = ScalarGateProducer<T, true>;
+  using Producer = ScalarDeltaProducer<T>;
   using E = typename Producer::E;
   extern __shared__ unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<PrepWgmmaSmem<E>*>(smem_base_1024(smem_raw));

@@ -9,8 +9,6 @@ cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaS
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
 cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
-cudaError_t launch_fused_forward_wgmma_bf16(const FusedForwardParams& p, cudaStream_t s);
-cudaError_t launch_fused_forward_wgmma_fp16(const FusedForwardParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -62,10 +60,6 @@ bool prep_wgmma_applies(int dtype, const PrepParams& p) {
 
 cudaError_t launch_prep_wgmma(int dtype, const PrepParams& p, cudaStream_t s) {
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
-}
-
-cudaError_t launch_fused_forward_wgmma(int dtype, const FusedForwardParams& p, cudaStream_t s) {
-  return dtype == 0 ? launch_fused_forward_wgmma_fp16(p, s) : launch_fused_forward_wgmma_bf16(p, s);
 }
 
 }  // namespace linattn::cuda::kern

@@ -1,5 +1,4 @@
-// The chunk-local work of the scalar gate (GDN; simple GLA without the delta rule: DELTA = false)
-// on one warpgroup of Hopper, producing
+// The chunk-local work of the scalar-gate delta rule (GDN) on one warpgroup of Hopper, producing
 // the operands of the wgmma recurrence (recurrence_consumer.cuh) in a shared-memory stage. Run
 // chunk-parallel by chunk_prep_wgmma.cuh (the forward's chunk-local kernel for 16-bit GDN on
 // Hopper; branch fused-gdn also runs it as the producer warpgroup of a fused kernel). Per chunk of
@@ -23,12 +22,10 @@
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
-// The producer's own shared memory (besides the stages it fills); the inverse's blocks with the
-// delta rule only.
-template <bool DELTA>
-struct ScalarGateScratch {
-  alignas(16) float Ab[DELTA ? 10 * kTriBlock : 4];  // A's lower blocks; the diagonal ones become T_II
-  alignas(16) float Tb[DELTA ? 6 * kTriBlock : 4];   // T's off-diagonal blocks
+// The producer's own shared memory (besides the stages it fills).
+struct ScalarDeltaScratch {
+  alignas(16) float Ab[10 * kTriBlock];  // A's lower blocks; the diagonal ones become T_II
+  alignas(16) float Tb[6 * kTriBlock];   // T's off-diagonal blocks
   alignas(16) float gam[kC];             // γ (chunk-local cumsum); past the chunk's end: γ of its last token
   alignas(16) float bet[kC];             // β (0 past the chunk's end)
   alignas(16) float rk[kC];
@@ -38,23 +35,22 @@ struct ScalarGateScratch {
   alignas(16) float wfac[kC];  // β_j r_k,j e^{γ_j}: W's column factor on T
 };
 
-template <class T, bool DELTA>
-struct ScalarGateProducer {
+template <class T>
+struct ScalarDeltaProducer {
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
-  using Stage = RecurrenceStage<E, DELTA>;
-  using Scratch = ScalarGateScratch<DELTA>;
+  using Stage = RecurrenceStage<E, true>;
 
   const PrepParams& pp;
-  Scratch& sc;
+  ScalarDeltaScratch& sc;
   int tid, warp, lane, g, t;
   int hv, hk, v0;
   gate::HeadGate hg;
   float dtb;
   float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};  // the next chunk's raw gate (warp 0) / β (warp 1), tokens 2 lane, 2 lane + 1
 
-  __device__ ScalarGateProducer(const PrepParams& p_, Scratch& sc_, int tid_, int hv_, int v0_)
+  __device__ ScalarDeltaProducer(const PrepParams& p_, ScalarDeltaScratch& sc_, int tid_, int hv_, int v0_)
       : pp(p_), sc(sc_), tid(tid_), hv(hv_), v0(v0_) {
     warp = tid >> 5;
     lane = tid & 31;
@@ -66,8 +62,7 @@ struct ScalarGateProducer {
     hg.alog = hg.has_alog ? load_any(pp.A_log, pp.alog_dt, hv) : 0.f;
     hg.ea = expf(hg.alog);
     hg.lower_bound = pp.lower_bound;
-    // simple GLA's per-head constant gate, added to every token's g (0 for GDN)
-    hg.gamma = !DELTA && pp.g_gamma ? load_any(pp.g_gamma, pp.gg_dt, hv) : 0.f;
+    hg.gamma = 0.f;
     dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
   }
 
@@ -84,7 +79,7 @@ struct ScalarGateProducer {
                                       static_cast<int64_t>(hv) * pp.V + v0,
                                   vs, tid, Lc);
     cp_commit();
-    if (warp == 0 || (DELTA && warp == 1)) {
+    if (warp < 2) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         const int i = 2 * lane + m;
@@ -175,7 +170,7 @@ struct ScalarGateProducer {
       // s: inclusive sum through token 2 lane + 1; tokens past Lc add 0 (γ stays at the last token's)
       sc.gam[2 * lane] = s - x[1];
       sc.gam[2 * lane + 1] = s;
-    } else if (DELTA && warp == 1) {
+    } else if (warp == 1) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         float b = 0.f;
@@ -197,12 +192,10 @@ struct ScalarGateProducer {
     Tensor tKb = thrSS.partition_fragment_B(sKt);
     Tensor accK = partition_fragment_C(mmaSS, Shape<_64, _64>{});
     Tensor accQ = partition_fragment_C(mmaSS, Shape<_64, _64>{});
-    // K Kᵀ: the delta rule's A, and without it only for the k norms
-    const bool need_kk = DELTA || pp.l2norm;
     fence_regs(accK);
     fence_regs(accQ);
     warpgroup_arrive();
-    if (need_kk) wg_gemm<true>(mmaSS, tKa, tKb, accK);
+    wg_gemm<true>(mmaSS, tKa, tKb, accK);
     wg_gemm<true>(mmaSS, tQa, tKb, accQ);
     warpgroup_commit_batch();
     if (pp.l2norm) {
@@ -239,7 +232,7 @@ struct ScalarGateProducer {
       const float gt = sc.gam[tid];
       sc.rk[tid] = rk;
       sc.rq[tid] = rq;
-      if constexpr (DELTA) sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
+      sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
       st.rf[tid] = tid < Lc ? pp.scale * rq * __expf(gt) : 0.f;
       st.rf[kC + tid] = tid < Lc ? rk * __expf(gC - gt) : 0.f;
     }
@@ -255,7 +248,7 @@ struct ScalarGateProducer {
       const int r = 16 * warp + g + 8 * h;
       gi[h] = sc.gam[r];
       sqf[h] = pp.scale * sc.rq[r];
-      bk[h] = DELTA ? sc.bet[r] * sc.rk[r] : 0.f;
+      bk[h] = sc.bet[r] * sc.rk[r];
     }
 #pragma unroll
     for (int nb = 0; nb < kC / 8; ++nb) {
@@ -276,7 +269,7 @@ struct ScalarGateProducer {
         }
         *reinterpret_cast<uint32_t*>(sa + kmajor_off<kC>(r, c) + (c & 7)) =
             pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
-        if (DELTA && nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
+        if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
           const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
           const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
           *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
@@ -284,8 +277,6 @@ struct ScalarGateProducer {
       }
     }
     warpgroup_sync<1>();
-
-    if constexpr (!DELTA) return;  // no inverse, W or U: V_new = V (the v tile in st.u)
 
     // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks (X: a warp's
     // scratch in the stage's W tile, written only after the inverse)

@@ -1,6 +1,7 @@
 // The chunk-local work of the scalar-gate delta rule (GDN) on one warpgroup of Hopper, producing
-// the operands of the wgmma recurrence (recurrence_consumer.cuh) in a shared-memory stage. Run
-// chunk-parallel by chunk_prep_wgmma.cuh (the forward's chunk-local kernel for 16-bit GDN on
+// the operands of the wgmma recurrence (recurrence_consumer.cuh) — W, U, Aqk, the row factors,
+// exp(γ_C) — through a sink: the workspace (WorkspaceSink, chunk_prep_wgmma.cuh) or a shared-memory
+// stage (branch fused-gdn). Run chunk-parallel by chunk_prep_wgmma.cuh (the forward's chunk-local kernel for 16-bit GDN on
 // Hopper; branch fused-gdn also runs it as the producer warpgroup of a fused kernel). Per chunk of
 // 64 tokens:
 //   γ  = chunk-local cumsum of the (in-kernel transformed, floored) gate; β (sigmoid when asked);
@@ -35,12 +36,38 @@ struct ScalarDeltaScratch {
   alignas(16) float wfac[kC];  // β_j r_k,j e^{γ_j}: W's column factor on T
 };
 
+// One chunk's input tiles in shared memory (1024-byte aligned): q (tok, ch) at kmajor_off<64>, k
+// (ch, tok) at mnmajor_off, one 64-column v tile (tok, vcol) at kmajor_off<64>.
+template <class E>
+struct ChunkTiles {
+  E* q;
+  E* k;
+  E* v;
+};
+
+// The results into chunk_prep's workspace blocks (row-major W [64][128], Aqk [64][64], U [64][ldu],
+// row factors [2][64], exp(γ_C) [128]), straight from the accumulators: (row, even column) pairs.
+template <class T>
+struct WorkspaceSink {
+  T* W;
+  T* A;
+  T* U;
+  float* rowfac;
+  float* gexp;
+  int ldu;
+  __device__ __forceinline__ void ge(int d, float x) { gexp[d] = x; }
+  __device__ __forceinline__ void rf(int i, float x) { rowfac[i] = x; }
+  __device__ __forceinline__ void aqk(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(A + r * kC + c) = x; }
+  __device__ __forceinline__ void w(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(W + r * kK + c) = x; }
+  __device__ __forceinline__ void u(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(U + r * ldu + c) = x; }
+};
+
 template <class T>
 struct ScalarDeltaProducer {
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
-  using Stage = RecurrenceStage<E, true>;
+  using Tiles = ChunkTiles<E>;
 
   const PrepParams& pp;
   ScalarDeltaScratch& sc;
@@ -66,15 +93,15 @@ struct ScalarDeltaProducer {
     dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
   }
 
-  // cp.async of chunk (t0, Lc)'s q, k rows and v tile into st (one commit group), and the raw gate
-  // and β into registers (their latency hides behind the current chunk's work).
-  __device__ __forceinline__ void load(Stage& st, int t0, int Lc) {
+  // cp.async of chunk (t0, Lc)'s q, k rows and v tile into `in` (one commit group), and the raw
+  // gate and β into registers (their latency hides behind other work).
+  __device__ __forceinline__ void load(const Tiles& in, int t0, int Lc) {
     const int64_t rs = static_cast<int64_t>(pp.H) * kK;
     const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
-    copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
-    copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
+    copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(in.q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
+    copy_mnmajor<T>(reinterpret_cast<T*>(in.k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
     const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
-    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u),
+    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(in.v),
                                   static_cast<const T*>(pp.v) + static_cast<int64_t>(t0) * vs +
                                       static_cast<int64_t>(hv) * pp.V + v0,
                                   vs, tid, Lc);
@@ -90,8 +117,6 @@ struct ScalarDeltaProducer {
     }
   }
 
-  // The chunk whose inputs load() put in st (landed and visible to this warpgroup): every operand
-  // of the consumer into st. Ends with every producer thread's writes done (not yet fenced).
   // T diag(f0) and T diag(f1) (rows of block row `warp`) as the A operands of m64 x k64 products:
   // element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a block's base
   // (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen once per J and
@@ -127,8 +152,9 @@ struct ScalarDeltaProducer {
   }
 
   // U = (T diag(β)) v for another 64-column tile (v in `vt`, kmajor_off<64>, visible to the async
-  // proxy), written over it; T and β of the last compute() (the chunk-parallel prep's second tile).
-  __device__ __forceinline__ void u_tile(E* vt) {
+  // proxy) into the sink's columns col0..col0+63; T and β of the last compute().
+  template <class Sink>
+  __device__ __forceinline__ void u_tile(E* vt, Sink& out, int col0) {
     Tensor Ua = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
     scaled_t(Ua, sc.bet, static_cast<decltype(Ua)*>(nullptr), nullptr);
     auto mmaU = make_tiled_mma(typename A::N64MN{});
@@ -141,17 +167,22 @@ struct ScalarDeltaProducer {
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     fence_regs(accU);
-    warpgroup_sync<1>();  // every warp's wgmmas are done with v
-    T* su = reinterpret_cast<T*>(vt);
 #pragma unroll
     for (int i = 0; i < size(accU); i += 2) {
       const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      *reinterpret_cast<uint32_t*>(su + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accU(i), accU(i + 1));
+      out.u(r, col0 + c, pack2<T>(accU(i), accU(i + 1)));
     }
   }
 
   // graw_c / braw_c: this chunk's raw gate and β (what load() fetched for it).
-  __device__ __forceinline__ void compute(Stage& st, int Lc, const float (&graw_c)[2], const float (&braw_c)[2]) {
+  // The chunk whose tiles load() put in `in` (landed and visible to this warpgroup and the async
+  // proxy): every operand of the recurrence into `out`. The caller syncs the warpgroup before the
+  // scratch is reused.
+  // X: three warps' 16 x kTriLd float scratch for the inverse (free from the inverse's start: the
+  // chunk-parallel prep passes the q tile, read only by the first products).
+  template <class Sink>
+  __device__ __forceinline__ void compute(const Tiles& in, int Lc, const float (&graw_c)[2], const float (&braw_c)[2],
+                                          float* X, Sink& out) {
     // ---- γ (warp 0: two tokens a lane, one warp-wide scan), β (warp 1)
     if (warp == 0) {
       float x[2] = {0.f, 0.f};
@@ -185,8 +216,8 @@ struct ScalarDeltaProducer {
     // the diagonals of K Kᵀ and Q Qᵀ (float32 sums of exact 16-bit products)
     auto mmaSS = make_tiled_mma(typename A::SS64{});
     auto thrSS = mmaSS.get_thread_slice(tid);
-    Tensor sKt = make_tensor(make_smem_ptr(st.k), typename L::TokByKChFirst{});  // (tok, ch)
-    Tensor sQt = make_tensor(make_smem_ptr(st.q), typename L::TokByK{});         // (tok, ch)
+    Tensor sKt = make_tensor(make_smem_ptr(in.k), typename L::TokByKChFirst{});  // (tok, ch)
+    Tensor sQt = make_tensor(make_smem_ptr(in.q), typename L::TokByK{});         // (tok, ch)
     Tensor tKa = thrSS.partition_fragment_A(sKt);
     Tensor tQa = thrSS.partition_fragment_A(sQt);
     Tensor tKb = thrSS.partition_fragment_B(sKt);
@@ -225,7 +256,7 @@ struct ScalarDeltaProducer {
     warpgroup_sync<1>();  // γ, β, the squared norms
     // per-token factors: r_k, r_q, W's column factor, the raw-row pass's row factors, exp(γ_C)
     const float gC = sc.gam[kC - 1];
-    st.ge[tid] = expf(gC);
+    out.ge(tid, expf(gC));
     if (tid < kC) {
       const float rk = pp.l2norm ? rsqrtf(sc.nk2[tid] + 1e-6f) : 1.f;
       const float rq = pp.l2norm ? rsqrtf(sc.nq2[tid] + 1e-6f) : 1.f;
@@ -233,15 +264,14 @@ struct ScalarDeltaProducer {
       sc.rk[tid] = rk;
       sc.rq[tid] = rq;
       sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
-      st.rf[tid] = tid < Lc ? pp.scale * rq * __expf(gt) : 0.f;
-      st.rf[kC + tid] = tid < Lc ? rk * __expf(gC - gt) : 0.f;
+      out.rf(tid, tid < Lc ? pp.scale * rq * __expf(gt) : 0.f);
+      out.rf(kC + tid, tid < Lc ? rk * __expf(gC - gt) : 0.f);
     }
     warpgroup_sync<1>();
 
     // ---- the decay epilogue: A (float, compact blocks, j < i) and Aqk (16-bit, into the stage).
     // Column block nb (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when
     // nb > 2 warp + 1 (warp-uniform): zeros, no exps.
-    T* sa = reinterpret_cast<T*>(st.a);
     float gi[2], sqf[2], bk[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -267,8 +297,7 @@ struct ScalarDeltaProducer {
           d0 = c <= r ? __expf(gi[h] - gc.x) * kc.x : 0.f;
           d1 = c + 1 <= r ? __expf(gi[h] - gc.y) * kc.y : 0.f;
         }
-        *reinterpret_cast<uint32_t*>(sa + kmajor_off<kC>(r, c) + (c & 7)) =
-            pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
+        out.aqk(r, c, pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1)));
         if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
           const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
           const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
@@ -278,11 +307,10 @@ struct ScalarDeltaProducer {
     }
     warpgroup_sync<1>();
 
-    // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks (X: a warp's
-    // scratch in the stage's W tile, written only after the inverse)
+    // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks
     if (tid < kC) tri_diag_compact(sc.Ab, tid >> 4, tid & 15);
     warpgroup_sync<1>();
-    float* X = reinterpret_cast<float*>(st.w) + warp * kTriBlock;
+    X += warp * kTriBlock;
     if (warp < 3) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 1, warp);
     warpgroup_sync<1>();
     if (warp < 2) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 2, warp);
@@ -296,8 +324,8 @@ struct ScalarDeltaProducer {
     scaled_t(Wa, sc.wfac, &Ua, sc.bet);
     auto mmaW = make_tiled_mma(typename A::N128MN{});
     auto mmaU = make_tiled_mma(typename A::N64MN{});
-    Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(st.k), typename L::ChByTokMN{}));
-    Tensor tVu = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(st.u), typename L::VcByTokMN{}));
+    Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(in.k), typename L::ChByTokMN{}));
+    Tensor tVu = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(in.v), typename L::VcByTokMN{}));
     Tensor accW = partition_fragment_C(mmaW, Shape<_64, Int<kK>>{});
     Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
     fence_regs(Wa);
@@ -311,19 +339,15 @@ struct ScalarDeltaProducer {
     warpgroup_wait<0>();
     fence_regs(accW);
     fence_regs(accU);
-    warpgroup_sync<1>();  // every warp's wgmmas are done with v before U overwrites it
-
-    T* sw = reinterpret_cast<T*>(st.w);
-    T* su = reinterpret_cast<T*>(st.u);
 #pragma unroll
     for (int i = 0; i < size(accW); i += 2) {
       const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      *reinterpret_cast<uint32_t*>(sw + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accW(i), accW(i + 1));
+      out.w(r, c, pack2<T>(accW(i), accW(i + 1)));
     }
 #pragma unroll
     for (int i = 0; i < size(accU); i += 2) {
       const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      *reinterpret_cast<uint32_t*>(su + kmajor_off<kC>(r, c) + (c & 7)) = pack2<T>(accU(i), accU(i + 1));
+      out.u(r, c, pack2<T>(accU(i), accU(i + 1)));
     }
   }
 };

@@ -515,23 +515,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   if (tid < 64) {
     if constexpr (DELTA) {
     const int b = tid >> 4, cc = tid & 15, base = 16 * b;
-    const float* Ab = Akk + base * kLdA + base;
     float tcol[16];
-#pragma unroll
-    for (int ii = 0; ii < 16; ++ii) {
-      float s = 0.f;
-      if (ii > 0) {
-        float arow[16];
-#pragma unroll
-        for (int q4 = 0; q4 < (ii + 3) / 4; ++q4) {
-          const float4 a4 = *reinterpret_cast<const float4*>(Ab + ii * kLdA + 4 * q4);
-          arow[4 * q4] = a4.x; arow[4 * q4 + 1] = a4.y; arow[4 * q4 + 2] = a4.z; arow[4 * q4 + 3] = a4.w;
-        }
-#pragma unroll
-        for (int jj = 0; jj < ii; ++jj) s = fmaf(arow[jj], tcol[jj], s);
-      }
-      tcol[ii] = ii < cc ? 0.f : (ii == cc ? 1.f : -s);
-    }
+    tri_diag_column<kLdA>(Akk + base * kLdA + base, cc, tcol);
 #pragma unroll
     for (int ii = 0; ii < 16; ++ii) Ti[(base + ii) * kLdA + base + cc] = tcol[ii];
     }

@@ -48,31 +48,57 @@ __device__ __forceinline__ void mma16x16_f32(float (&acc)[2][4], const float* A,
   }
 }
 
+// Column cc of the inverse of a unit-lower-triangular 16 x 16 block (strictly lower part in blk,
+// row stride LD), by forward substitution in registers: one thread a column.
+template <int LD>
+__device__ __forceinline__ void tri_diag_column(const float* blk, int cc, float (&tcol)[16]) {
+#pragma unroll
+  for (int ii = 0; ii < 16; ++ii) {
+    float s = 0.f;
+    if (ii > 0) {
+      float arow[16];
+#pragma unroll
+      for (int q4 = 0; q4 < (ii + 3) / 4; ++q4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(blk + ii * LD + 4 * q4);
+        arow[4 * q4] = a4.x; arow[4 * q4 + 1] = a4.y; arow[4 * q4 + 2] = a4.z; arow[4 * q4 + 3] = a4.w;
+      }
+#pragma unroll
+      for (int jj = 0; jj < ii; ++jj) s = fmaf(arow[jj], tcol[jj], s);
+    }
+    tcol[ii] = ii < cc ? 0.f : (ii == cc ? 1.f : -s);
+  }
+}
+
+// A warp's 16x16 accumulator (two m16n8 C fragments) times sign into a row-major tile (stride ld).
+__device__ __forceinline__ void store_acc16(float* dst, int ld, const float (&v)[2][4], float sign) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    *reinterpret_cast<float2*>(dst + g * ld + 8 * ni + 2 * t) = make_float2(sign * v[ni][0], sign * v[ni][1]);
+    *reinterpret_cast<float2*>(dst + (g + 8) * ld + 8 * ni + 2 * t) = make_float2(sign * v[ni][2], sign * v[ni][3]);
+  }
+}
+
+// The second half of an off-diagonal block, by one warp: given x = sum_{J <= K' < I} A_IK' T_K'J,
+// T_IJ = -T_II x (x goes through the warp-private scratch X to become a B operand).
+template <bool SPLIT>
+__device__ __forceinline__ void tri_offdiag_finish(const float (&x)[2][4], const float* Tii, int ldt, float* X,
+                                                   int ldx, float* out, int ldo) {
+  float y[2][4] = {};
+  store_acc16(X, ldx, x, 1.f);
+  __syncwarp();
+  mma16x16_f32<SPLIT>(y, Tii, ldt, X, ldx, 16);
+  store_acc16(out, ldo, y, -1.f);
+}
+
 // One off-diagonal 16x16 block of T = (I + A)^-1 (unit lower triangular), by one warp:
 // T_IJ = -T_II (sum_{J <= K' < I} A_IK' T_K'J), from the diagonal blocks and the blocks of rows
 // J..I-1 of column block J (earlier levels). X is a warp-private 16x16 scratch (row stride kLdA).
 template <bool SPLIT>
 __device__ __forceinline__ void inv_offdiag_block(float* Ti, const float* Akk, float* X, int I, int J) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float x[2][4], y[2][4];
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[ni][e] = y[ni][e] = 0.f;
+  float x[2][4] = {};
   mma16x16_f32<SPLIT>(x, Akk + 16 * I * kLdA + 16 * J, kLdA, Ti + 16 * J * kLdA + 16 * J, kLdA, 16 * (I - J));
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    *reinterpret_cast<float2*>(X + g * kLdA + 8 * ni + 2 * t) = make_float2(x[ni][0], x[ni][1]);
-    *reinterpret_cast<float2*>(X + (g + 8) * kLdA + 8 * ni + 2 * t) = make_float2(x[ni][2], x[ni][3]);
-  }
-  __syncwarp();
-  mma16x16_f32<SPLIT>(y, Ti + 16 * I * kLdA + 16 * I, kLdA, X, kLdA, 16);
-  float* out = Ti + 16 * I * kLdA + 16 * J;
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    *reinterpret_cast<float2*>(out + g * kLdA + 8 * ni + 2 * t) = make_float2(-y[ni][0], -y[ni][1]);
-    *reinterpret_cast<float2*>(out + (g + 8) * kLdA + 8 * ni + 2 * t) = make_float2(-y[ni][2], -y[ni][3]);
-  }
+  tri_offdiag_finish<SPLIT>(x, Ti + 16 * I * kLdA + 16 * I, kLdA, X, kLdA, Ti + 16 * I * kLdA + 16 * J, kLdA);
 }
 
 
@@ -87,21 +113,7 @@ __host__ __device__ constexpr int tri_off(int I, int J) { return (I * (I - 1) / 
 __device__ __forceinline__ void tri_diag_compact(float* Ab, int b, int cc) {
   float* blk = Ab + tri_block(b, b);
   float tcol[16];
-#pragma unroll
-  for (int ii = 0; ii < 16; ++ii) {
-    float s = 0.f;
-    if (ii > 0) {
-      float arow[16];
-#pragma unroll
-      for (int q4 = 0; q4 < (ii + 3) / 4; ++q4) {
-        const float4 a4 = *reinterpret_cast<const float4*>(blk + ii * kTriLd + 4 * q4);
-        arow[4 * q4] = a4.x; arow[4 * q4 + 1] = a4.y; arow[4 * q4 + 2] = a4.z; arow[4 * q4 + 3] = a4.w;
-      }
-#pragma unroll
-      for (int jj = 0; jj < ii; ++jj) s = fmaf(arow[jj], tcol[jj], s);
-    }
-    tcol[ii] = ii < cc ? 0.f : (ii == cc ? 1.f : -s);
-  }
+  tri_diag_column<kTriLd>(blk, cc, tcol);
   __syncwarp();  // every thread of the block has read A_bb
 #pragma unroll
   for (int ii = 0; ii < 16; ++ii) blk[ii * kTriLd + cc] = tcol[ii];
@@ -110,36 +122,11 @@ __device__ __forceinline__ void tri_diag_compact(float* Ab, int b, int cc) {
 // One off-diagonal block T_IJ by one warp; X: a warp-private 16 x kTriLd float scratch.
 template <bool SPLIT>
 __device__ __forceinline__ void tri_offdiag_compact(float* Ab, float* Tb, float* X, int I, int J) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float x[2][4], y[2][4];
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[ni][e] = y[ni][e] = 0.f;
+  float x[2][4] = {};
   for (int Kp = J; Kp < I; ++Kp)  // T_K'J: the diagonal block (in Ab) for K' = J
     mma16x16_f32<SPLIT>(x, Ab + tri_block(I, Kp), kTriLd, Kp == J ? Ab + tri_block(J, J) : Tb + tri_off(Kp, J), kTriLd, 16);
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    *reinterpret_cast<float2*>(X + g * kTriLd + 8 * ni + 2 * t) = make_float2(x[ni][0], x[ni][1]);
-    *reinterpret_cast<float2*>(X + (g + 8) * kTriLd + 8 * ni + 2 * t) = make_float2(x[ni][2], x[ni][3]);
-  }
-  __syncwarp();
-  mma16x16_f32<SPLIT>(y, Ab + tri_block(I, I), kTriLd, X, kTriLd, 16);
-  float* out = Tb + tri_off(I, J);
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    *reinterpret_cast<float2*>(out + g * kTriLd + 8 * ni + 2 * t) = make_float2(-y[ni][0], -y[ni][1]);
-    *reinterpret_cast<float2*>(out + (g + 8) * kTriLd + 8 * ni + 2 * t) = make_float2(-y[ni][2], -y[ni][3]);
-  }
+  tri_offdiag_finish<SPLIT>(x, Ab + tri_block(I, I), kTriLd, X, kTriLd, Tb + tri_off(I, J), kTriLd);
   __syncwarp();  // X is reused by this warp's next block
-}
-
-// T(r, c) of the compact form (0 above the diagonal).
-__device__ __forceinline__ float tri_at(const float* Ab, const float* Tb, int r, int c) {
-  const int I = r >> 4, J = c >> 4;
-  if (J > I) return 0.f;
-  const int e = (r & 15) * kTriLd + (c & 15);
-  return J == I ? Ab[tri_block(I, I) + e] : Tb[tri_off(I, J) + e];
 }
 
 }  // namespace linattn::cuda::kern

@@ -116,9 +116,9 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.Aqk = base + lay.Aqk;
     pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
-    // 16-bit GDN on Hopper: the chunk-local work on warpgroup MMAs (sm90/chunk_prep_wgmma.cuh)
-    e = !p.vector_gate && kern::prep_wgmma_applies(dt, pp)
-            ? kern::launch_prep_wgmma(dt, pp, st)
+    // GDN and KDA on Hopper: the chunk-local work on warpgroup MMAs (src/cuda/sm90/)
+    e = kern::prep_wgmma_applies(dt, p.vector_gate, pp)
+            ? kern::launch_prep_wgmma(dt, p.vector_gate, pp, st)
             : kern::launch_prep(dt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch", e);
   }

@@ -9,6 +9,7 @@ cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaS
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
 cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
+cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -52,13 +53,17 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
   return dtype == 0 ? launch_recurrence_wgmma_fp16(p, stages, s) : launch_recurrence_wgmma_bf16(p, stages, s);
 }
 
-bool prep_wgmma_applies(int dtype, const PrepParams& p) {
-  return p.delta && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr && p.W && p.U && p.Aqk &&
-         p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr && p.g_gamma == nullptr &&
-         (p.V == 64 || p.V == 128) && recurrence_wgmma_supported(dtype, p.K, p.V);
+bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
+  const bool common = p.delta && p.W && p.U && p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr &&
+                      p.KgT_lo == nullptr && p.g_gamma == nullptr && (p.V == 64 || p.V == 128) &&
+                      recurrence_wgmma_supported(dtype, p.K, p.V);
+  // the scalar gate: raw-row outputs; the vector gate: Qg and KgT, bf16 only (its file says why)
+  if (vector_gate) return common && dtype == 1 && p.g != nullptr && p.Qg && p.KgT && p.rowfac == nullptr;
+  return common && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr;
 }
 
-cudaError_t launch_prep_wgmma(int dtype, const PrepParams& p, cudaStream_t s) {
+cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s) {
+  if (vector_gate) return launch_prep_vector_wgmma_bf16(p, s);
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }
 

@@ -62,6 +62,42 @@ struct WorkspaceSink {
   __device__ __forceinline__ void u(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(U + r * ldu + c) = x; }
 };
 
+// T diag(f0) and T diag(f1) (rows of block row `warp`, T = (I + A)⁻¹ in tri_inverse.cuh's compact
+// form: diagonal blocks in Ab, off-diagonal ones in Tb) as the register A operands of m64 x k64
+// products: element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a
+// block's base (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen
+// once per J and the element offsets are one per-thread base plus immediates.
+template <class Frag>
+__device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* Tb, int warp, int g, int t, Frag& a0,
+                                                 const float* f0, Frag* a1, const float* f1) {
+  using EE = typename Frag::value_type;
+  const int eb = g * kTriLd + 2 * t;  // (r & 15, c & 15) - (8 h, 8 ((i >> 2) & 1) + (i & 1))
+#pragma unroll
+  for (int J = 0; J < 4; ++J) {
+    const bool live = J <= warp;  // warp-uniform
+    const float* blk = J == warp ? Ab + tri_block(warp, warp) : Tb + tri_off(warp > J ? warp : 1, warp > J ? J : 0);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {  // the two 8-column groups of block J: i = 8 J + 4 q + 2 h + e
+      const int c = 16 * J + 8 * q + 2 * t;
+      const float2 x0 = *reinterpret_cast<const float2*>(f0 + c);
+      float2 x1 = make_float2(0.f, 0.f);
+      if (a1) x1 = *reinterpret_cast<const float2*>(f1 + c);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 tv = make_float2(0.f, 0.f);
+        if (live) tv = *reinterpret_cast<const float2*>(blk + eb + 8 * h * kTriLd + 8 * q);
+        const int i = 8 * J + 4 * q + 2 * h;
+        a0(i) = EE(tv.x * x0.x);
+        a0(i + 1) = EE(tv.y * x0.y);
+        if (a1) {
+          (*a1)(i) = EE(tv.x * x1.x);
+          (*a1)(i + 1) = EE(tv.y * x1.y);
+        }
+      }
+    }
+  }
+}
+
 template <class T>
 struct ScalarDeltaProducer {
   using A = Atoms<T>;
@@ -117,38 +153,9 @@ struct ScalarDeltaProducer {
     }
   }
 
-  // T diag(f0) and T diag(f1) (rows of block row `warp`) as the A operands of m64 x k64 products:
-  // element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a block's base
-  // (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen once per J and
-  // the element offsets are one per-thread base plus immediates.
   template <class Frag>
   __device__ __forceinline__ void scaled_t(Frag& a0, const float* f0, Frag* a1, const float* f1) const {
-    using EE = typename Frag::value_type;
-    const int eb = g * kTriLd + 2 * t;  // (r & 15, c & 15) - (8 h, 8 ((i >> 2) & 1) + (i & 1))
-#pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      const bool live = J <= warp;  // warp-uniform
-      const float* blk = J == warp ? sc.Ab + tri_block(warp, warp) : sc.Tb + tri_off(warp > J ? warp : 1, warp > J ? J : 0);
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {  // the two 8-column groups of block J: i = 8 J + 4 q + 2 h + e
-        const int c = 16 * J + 8 * q + 2 * t;
-        const float2 x0 = *reinterpret_cast<const float2*>(f0 + c);
-        float2 x1 = make_float2(0.f, 0.f);
-        if (a1) x1 = *reinterpret_cast<const float2*>(f1 + c);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float2 tv = make_float2(0.f, 0.f);
-          if (live) tv = *reinterpret_cast<const float2*>(blk + eb + 8 * h * kTriLd + 8 * q);
-          const int i = 8 * J + 4 * q + 2 * h;
-          a0(i) = EE(tv.x * x0.x);
-          a0(i + 1) = EE(tv.y * x0.y);
-          if (a1) {
-            (*a1)(i) = EE(tv.x * x1.x);
-            (*a1)(i + 1) = EE(tv.y * x1.y);
-          }
-        }
-      }
-    }
+    scaled_inverse_a(sc.Ab, sc.Tb, warp, g, t, a0, f0, a1, f1);
   }
 
   // U = (T diag(β)) v for another 64-column tile (v in `vt`, kmajor_off<64>, visible to the async

@@ -47,6 +47,7 @@ struct Atoms {
   using E = typename Element<T>::type;
   template <int N, GMMA::Major MB>
   using RS = decltype(GMMA::rs_op_selector<E, E, float, Shape<_64, Int<N>, _16>, GMMA::Major::K, MB>());
+  using N16 = RS<16, GMMA::Major::K>;  // the vector gate's decayed K Kᵀ / Q Kᵀ, one 16-row block a product
   using N64 = RS<64, GMMA::Major::K>;
   using N64MN = RS<64, GMMA::Major::MN>;
   using N128K = RS<128, GMMA::Major::K>;

@@ -1,0 +1,431 @@
+// The chunk-local work of the vector-gate delta rule (KDA) on one warpgroup of Hopper, run
+// chunk-parallel (one CTA per (chunk, value head)) as the forward's chunk_prep for 16-bit KDA at
+// K = 128: it writes W, U, Qg, KgT, Aqk and exp(γ_C) in chunk_prep's workspace layouts for the
+// wgmma pass (recurrence_consumer.cuh). Per chunk of 64 tokens:
+//   γ   = chunk-local cumsum of the (in-kernel transformed, floored) gate, per channel;
+//   K Kᵀ and Q Kᵀ with the per-channel decay e^{γ_i - γ_j}, one 16-row block I of i at a time:
+//   with R_I = γ of the token before block I (R_0 = 0),
+//     (A_I)ᵀ[j][i] = Σ_d P_I[j][d] L[i][d],  P_I = k_j e^{R_I - γ_j},  L = k_i e^{γ_i - R_I}
+//   L <= |k| always; P_I <= |k| for j < 16 I and <= e^{spread} |k| on the diagonal block
+//   (spread = max_d R_I - R_{I+1}: <= 80 always with safe_gate). A diagonal block whose spread
+//   exceeds kWideSpread ("wide": steep gates without safe_gate) is recomputed exactly per element.
+//   P_I is built in registers (RS wgmma, m64n16: the 64 rows j against block I's 16 rows i) from
+//   one per-element base k_j e^{R_{w+1} - γ_j} <= |k| of warp w's rows times a per-channel
+//   e^{R_I - R_{w+1}} <= 1, so each element takes one exp for all four blocks;
+//   Aqk, T = (I + tril(β A))⁻¹ (tri_inverse.cuh, compact form), W = T diag(β) (r_k k ⊙ e^γ),
+//   U = T diag(β) v (RS wgmma, as the scalar gate's producer).
+// The same quantities as chunk_prep's vector-gate form (chunk_prep.cuh), which other GPUs, fp16,
+// other head sizes and the backward's recompute keep.
+#pragma once
+
+#include "cuda/sm90/chunk_recurrence_wgmma.cuh"
+#include "cuda/sm90/intra_chunk_scalar_delta.cuh"
+
+namespace linattn::cuda::kern {
+namespace wgmma_recurrence {
+
+constexpr int kLdG = kK + 8;            // γ's row stride (floats): 8 rows' float2 loads on distinct banks
+constexpr float kWideSpread = 80.f;     // e^80 |k| stays inside bfloat16's range
+__host__ __device__ constexpr int rpair(int I, int J) { return I * (I - 1) / 2 + J; }  // 0 <= J < I <= 4
+
+template <class E>
+struct alignas(1024) VectorDeltaSmem {
+  alignas(1024) E q[kC * kK];   // q (tok, ch) at kmajor_off<64>; L_q in place; then A's compact blocks (float)
+  alignas(1024) E k[kK * kC];   // k (ch, tok) at mnmajor_off; then W's B operand r_k k ⊙ e^γ in place
+  alignas(1024) E lk[kC * kK];  // L_k (tok, ch) at kmajor_off<64>
+  alignas(1024) E v0[kC * kVT];
+  alignas(1024) E v1[kC * kVT];
+  alignas(16) float gam[kC * kLdG];   // the raw float32 gate, then γ; then T's off-diagonal blocks and X
+  alignas(16) float er[10 * kK];      // e^{R_I - R_J}, J < I <= 4 (rpair)
+  alignas(16) float ed[4 * kK];       // e^{min(R_I - R_{I+1}, kWideSpread)}: the diagonal block's factor
+  alignas(16) float bet[kC];
+  alignas(16) float rk[kC];
+  alignas(16) float rq[kC];
+  int wide[16];  // [warp][block]: some channel of the warp's 32 has a wide diagonal block
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_kernel(const __grid_constant__ PrepParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using At = Atoms<T>;
+  using E = typename At::E;
+  using L = Layouts<E>;
+  using Smem = VectorDeltaSmem<E>;
+  static_assert(10 * kTriBlock * sizeof(float) <= sizeof(Smem::q), "A's blocks fit the q tile");
+  static_assert(9 * kTriBlock <= kC * kLdG, "T's blocks and three warps' X fit γ's buffer");
+  extern __shared__ unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
+  const int c = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
+  const int w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const ChunkInfo ci = p.chunks[c];
+  const int t0 = ci.t0, Lc = ci.len, V = p.V, HV = p.HV;
+  const int hk = hv / p.G;
+  const int64_t blk = static_cast<int64_t>(c) * HV + hv;
+
+  // ---- loads: q, k rows, v tiles, the float32 raw gate (cp.async); β into registers
+  const int64_t rs = static_cast<int64_t>(p.H) * kK;
+  const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
+  const T* qg = static_cast<const T*>(p.q) + r0;
+  const T* kg = static_cast<const T*>(p.k) + r0;
+  copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(sm.q), qg, rs, tid, Lc);
+  copy_mnmajor<T>(reinterpret_cast<T*>(sm.k), kg, rs, tid, Lc);
+  const int64_t vs = static_cast<int64_t>(HV) * V;
+  const T* vrow = static_cast<const T*>(p.v) + static_cast<int64_t>(t0) * vs + static_cast<int64_t>(hv) * V;
+  copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.v0), vrow, vs, tid, Lc);
+  if (V > kVT) copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.v1), vrow + kVT, vs, tid, Lc);
+  const bool gf32 = p.g_dt == 2;
+  const int64_t gs = static_cast<int64_t>(HV) * kK;
+  const int64_t gb = static_cast<int64_t>(t0) * gs + static_cast<int64_t>(hv) * kK;
+  if (gf32) {
+    const float* gsrc = static_cast<const float*>(p.g) + gb;
+#pragma unroll
+    for (int it = 0; it < kC * (kK / 4) / kThreads; ++it) {
+      const int e = it * kThreads + tid, i = e >> 5, d = (e & 31) * 4;
+      const bool ok = i < Lc;
+      cp_async16_zfill(sm.gam + i * kLdG + d, ok ? gsrc + i * gs + d : gsrc, ok);
+    }
+  }
+  cp_commit();
+  float braw = 0.f;
+  if (tid < Lc && tid < kC) braw = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
+  gate::HeadGate hg;
+  hg.kind = p.gate_kind;
+  hg.has_alog = p.gate_kind != 0 && p.has_alog;
+  hg.alog = hg.has_alog ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
+  hg.ea = expf(hg.alog);
+  hg.lower_bound = p.lower_bound;
+  hg.gamma = 0.f;
+  const float dtb = p.gate_kind != 0 && p.has_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * kK + tid) : 0.f;
+  cp_wait<0>();
+  warpgroup_sync<1>();
+
+  // ---- γ: thread = channel d, the transform and a serial cumsum over the 64 tokens; R_I, the
+  // factor tables, exp(γ_C), the wide flags
+  {
+    const int d = tid;
+    float R[5];
+    R[0] = 0.f;
+    gate::with_head_gate(hg, [&](auto kind, auto regular) {
+      float run = 0.f;
+#pragma unroll
+      for (int I = 0; I < 4; ++I) {
+#pragma unroll
+        for (int ii = 0; ii < 16; ++ii) {
+          const int i = 16 * I + ii;
+          float raw = 0.f;
+          if (gf32) raw = sm.gam[i * kLdG + d];
+          else if (i < Lc) raw = load_any(p.g, p.g_dt, gb + i * gs + d);
+          run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, raw, dtb) : 0.f;
+          sm.gam[i * kLdG + d] = run;
+        }
+        R[I + 1] = run;
+      }
+    });
+#pragma unroll
+    for (int I = 1; I <= 4; ++I)
+#pragma unroll
+      for (int J = 0; J < I; ++J) sm.er[rpair(I, J) * kK + d] = __expf(R[I] - R[J]);
+#pragma unroll
+    for (int I = 0; I < 4; ++I) {
+      const float s = R[I] - R[I + 1];
+      sm.ed[I * kK + d] = __expf(fminf(s, kWideSpread));
+      const unsigned b = __ballot_sync(0xffffffffu, !(s <= kWideSpread));
+      if (lane == 0) sm.wide[w * 4 + I] = b != 0u;
+    }
+    p.gexp[blk * kK + d] = expf(R[4]);
+  }
+  // l2 norms: thread = (k or q, row); β
+  {
+    const int r = tid & (kC - 1);
+    float s = 0.f;
+#pragma unroll
+    for (int pc = 0; pc < kK / 8; ++pc) {
+      const T* src = tid < kC ? reinterpret_cast<const T*>(sm.k) + mnmajor_off(8 * pc, r)
+                              : reinterpret_cast<const T*>(sm.q) + kmajor_off<kC>(r, 8 * pc);
+      const uint4 x = *reinterpret_cast<const uint4*>(src);
+      const T* xe = reinterpret_cast<const T*>(&x);
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const float f = to_f(xe[m]);
+        s = fmaf(f, f, s);
+      }
+    }
+    const float rn = p.l2norm ? rsqrtf(s + 1e-6f) : 1.f;
+    if (tid < kC) sm.rk[r] = rn;
+    else sm.rq[r] = rn;
+    if (tid < kC) {
+      float b = 0.f;
+      if (tid < Lc) {
+        b = braw;
+        if (p.beta_mode != 0) b = (p.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
+      }
+      sm.bet[tid] = b;
+    }
+  }
+  warpgroup_sync<1>();
+
+  // ---- warp w's rows j = 16 w .. 16 w + 15 in the A-operand order: base = k_j e^{R_{w+1} - γ_j}
+  // (<= |k|), and KgT = r_k,j k_j e^{γ_C - γ_j} = r_k,j base e^{R_4 - R_{w+1}} to the workspace
+  float base[kK / 2];
+  {
+    const float* Rn = sm.gam + (16 * w + 15) * kLdG;
+    const float* ekg = w < 3 ? sm.er + rpair(4, w + 1) * kK : nullptr;
+    T* kgt = static_cast<T*>(p.KgT) + blk * kK * kC;
+    const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
+#pragma unroll
+    for (int i = 0; i < kK / 2; i += 2) {
+      const int h = (i >> 1) & 1, j = 16 * w + g + 8 * h, d = 8 * (i >> 2) + 2 * t;
+      const uint32_t kk = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const T*>(sm.k) + mnmajor_off(d, j) + (d & 7));
+      const T* ke = reinterpret_cast<const T*>(&kk);
+      const float2 gj = *reinterpret_cast<const float2*>(sm.gam + j * kLdG + d);
+      const float2 rn = *reinterpret_cast<const float2*>(Rn + d);
+      base[i] = to_f(ke[0]) * __expf(rn.x - gj.x);
+      base[i + 1] = to_f(ke[1]) * __expf(rn.y - gj.y);
+      const float2 f = ekg ? *reinterpret_cast<const float2*>(ekg + d) : make_float2(1.f, 1.f);
+      uint32_t x = pack2<T>(base[i] * f.x * rkj[h], base[i + 1] * f.y * rkj[h]);
+      // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
+      asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+      *reinterpret_cast<uint32_t*>(kgt + (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+    }
+  }
+  warpgroup_sync<1>();  // every read of the raw k tile is done
+
+  // ---- 16-byte pieces (token i, channels d0..d0+7): e1 = e^{γ_i - R_I} <= 1; L_q = q e1 and
+  // L_k = k e1 for the products, Qg = s r_q q e^γ to the workspace, r_k k e^γ (W's B) in place of k
+  {
+    const int d0 = 8 * (tid & 15);
+    T* qgw = static_cast<T*>(p.Qg) + blk * kC * kK;
+#pragma unroll
+    for (int it = 0; it < kC * kK / 8 / kThreads; ++it) {
+      const int i = (tid >> 4) + 8 * it, I = it >> 1;  // i >> 4 == it >> 1
+      T* qp = reinterpret_cast<T*>(sm.q) + kmajor_off<kC>(i, d0);
+      T* kp = reinterpret_cast<T*>(sm.k) + mnmajor_off(d0, i);
+      const uint4 qv = *reinterpret_cast<const uint4*>(qp);
+      const uint4 kv = *reinterpret_cast<const uint4*>(kp);
+      const T* qe = reinterpret_cast<const T*>(&qv);
+      const T* ke = reinterpret_cast<const T*>(&kv);
+      float gm[8], rr[8], e0[8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 a = *reinterpret_cast<const float4*>(sm.gam + i * kLdG + d0 + 4 * h);
+        float4 b = make_float4(0.f, 0.f, 0.f, 0.f), e = make_float4(1.f, 1.f, 1.f, 1.f);
+        if (I > 0) {
+          b = *reinterpret_cast<const float4*>(sm.gam + (16 * I - 1) * kLdG + d0 + 4 * h);
+          e = *reinterpret_cast<const float4*>(sm.er + rpair(I, 0) * kK + d0 + 4 * h);
+        }
+        gm[4 * h] = a.x; gm[4 * h + 1] = a.y; gm[4 * h + 2] = a.z; gm[4 * h + 3] = a.w;
+        rr[4 * h] = b.x; rr[4 * h + 1] = b.y; rr[4 * h + 2] = b.z; rr[4 * h + 3] = b.w;
+        e0[4 * h] = e.x; e0[4 * h + 1] = e.y; e0[4 * h + 2] = e.z; e0[4 * h + 3] = e.w;
+      }
+      const float sq = p.scale * sm.rq[i], rki = sm.rk[i];
+      uint4 lq, lk, qo, kw;
+      uint32_t* lqw = reinterpret_cast<uint32_t*>(&lq);
+      uint32_t* lkw = reinterpret_cast<uint32_t*>(&lk);
+      uint32_t* qow = reinterpret_cast<uint32_t*>(&qo);
+      uint32_t* kww = reinterpret_cast<uint32_t*>(&kw);
+#pragma unroll
+      for (int m = 0; m < 8; m += 2) {
+        const float e1a = __expf(gm[m] - rr[m]), e1b = __expf(gm[m + 1] - rr[m + 1]);
+        const float qa = to_f(qe[m]) * e1a, qb = to_f(qe[m + 1]) * e1b;
+        const float ka = to_f(ke[m]) * e1a, kb = to_f(ke[m + 1]) * e1b;
+        lqw[m / 2] = pack2<T>(qa, qb);
+        lkw[m / 2] = pack2<T>(ka, kb);
+        qow[m / 2] = pack2<T>(qa * e0[m] * sq, qb * e0[m + 1] * sq);
+        kww[m / 2] = pack2<T>(ka * e0[m] * rki, kb * e0[m + 1] * rki);
+      }
+      *reinterpret_cast<uint4*>(qp) = lq;
+      *reinterpret_cast<uint4*>(reinterpret_cast<T*>(sm.lk) + kmajor_off<kC>(i, d0)) = lk;
+      *reinterpret_cast<uint4*>(kp) = kw;
+      *reinterpret_cast<uint4*>(qgw + i * kK + d0) = qo;
+    }
+  }
+  cutlass::arch::fence_view_async_shared();  // L_q, L_k, W's B and the v tiles -> the wgmmas
+  warpgroup_sync<1>();
+
+  // ---- (A_I)ᵀ for the four row blocks: RS wgmma m64n16k128, P_I from registers, L's block-I rows
+  auto mma16 = make_tiled_mma(typename At::N16{});
+  auto thr16 = mma16.get_thread_slice(tid);
+  Tensor sLk = make_tensor(make_smem_ptr(sm.lk), typename L::TokByK{});
+  Tensor sLq = make_tensor(make_smem_ptr(sm.q), typename L::TokByK{});
+  using Acc16 = decltype(partition_fragment_C(mma16, Shape<_64, _16>{}));
+  using FragA = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{}));
+  Acc16 accK[4], accQ[4];
+  FragA Pa[2];
+  auto issue = [&](auto Ic) {
+    constexpr int I = decltype(Ic)::value;
+    FragA& A = Pa[I & 1];
+    // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
+    const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1 < I ? w + 1 : 0) * kK : nullptr);
+    const bool live = w <= I;
+#pragma unroll
+    for (int i = 0; i < kK / 2; i += 2) {
+      const int d = 8 * (i >> 2) + 2 * t;
+      const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
+      A(i) = E(live ? base[i] * fv.x : 0.f);
+      A(i + 1) = E(live ? base[i + 1] * fv.y : 0.f);
+    }
+    Tensor tBk = thr16.partition_fragment_B(local_tile(sLk, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
+    Tensor tBq = thr16.partition_fragment_B(local_tile(sLq, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
+    fence_regs(A);
+    fence_regs(accK[I]);
+    fence_regs(accQ[I]);
+    warpgroup_arrive();
+    wg_gemm<true>(mma16, A, tBk, accK[I]);
+    wg_gemm<true>(mma16, A, tBq, accQ[I]);
+    warpgroup_commit_batch();
+  };
+  issue(Int<0>{});
+  issue(Int<1>{});
+  warpgroup_wait<1>();  // block 0's products have read Pa[0]
+  issue(Int<2>{});
+  warpgroup_wait<1>();
+  issue(Int<3>{});
+  warpgroup_wait<0>();
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    fence_regs(accK[I]);
+    fence_regs(accQ[I]);
+  }
+
+  // ---- wide diagonal blocks: exact per-element decays (raw rows from global memory, γ in smem)
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    if (I != w || !(sm.wide[I] | sm.wide[4 + I] | sm.wide[8 + I] | sm.wide[12 + I])) continue;  // warp-uniform
+    float sk[8] = {}, sqv[8] = {};
+    const int j0 = 16 * I + g;
+    for (int d = 0; d < kK; ++d) {
+      float kj[2], gj[2], ki[4], qi[4], gi[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = j0 + 8 * h;
+        kj[h] = j < Lc ? to_f(kg[j * rs + d]) : 0.f;
+        gj[h] = sm.gam[j * kLdG + d];
+      }
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int i = 16 * I + 8 * (m >> 1) + 2 * t + (m & 1);
+        ki[m] = i < Lc ? to_f(kg[i * rs + d]) : 0.f;
+        qi[m] = i < Lc ? to_f(qg[i * rs + d]) : 0.f;
+        gi[m] = sm.gam[i * kLdG + d];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int h = (e >> 1) & 1, m = 2 * (e >> 2) + (e & 1);
+        const int j = j0 + 8 * h, i = 16 * I + 8 * (e >> 2) + 2 * t + (e & 1);
+        const float x = j <= i ? __expf(gi[m] - gj[h]) * kj[h] : 0.f;
+        sk[e] = fmaf(ki[m], x, sk[e]);
+        sqv[e] = fmaf(qi[m], x, sqv[e]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      accK[I](e) = sk[e];
+      accQ[I](e) = sqv[e];
+    }
+  }
+  warpgroup_sync<1>();  // every warp's products have read L_q: its tile becomes A's blocks
+
+  // ---- epilogue: Aqk = s r_q,i r_k,j (Q Kᵀ ⊙ D) (j <= i) to the workspace, transposed back by
+  // movmatrix; A = β_i r_k,i r_k,j (K Kᵀ ⊙ D) (j < i) into the compact blocks
+  float* Ab = reinterpret_cast<float*>(sm.q);
+  float* Tb = sm.gam;
+  float* X = sm.gam + 6 * kTriBlock + w * kTriBlock;
+  {
+    T* aq = static_cast<T*>(p.Aqk) + blk * kC * kC;
+    const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
+#pragma unroll
+    for (int I = 0; I < 4; ++I) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const int h = (e >> 1) & 1, j = 16 * w + g + 8 * h, i = 16 * I + 8 * (e >> 2) + 2 * t;
+        const float2 rq2 = *reinterpret_cast<const float2*>(sm.rq + i);
+        const float qa = j <= i ? p.scale * rq2.x * rkj[h] * accQ[I](e) : 0.f;
+        const float qb = j <= i + 1 ? p.scale * rq2.y * rkj[h] * accQ[I](e + 1) : 0.f;
+        uint32_t x = pack2<T>(qa, qb);
+        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+        *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+        if (w <= I) {  // warp-uniform: block (I, w) of the lower triangle
+          const float2 b2 = *reinterpret_cast<const float2*>(sm.bet + i);
+          const float2 k2 = *reinterpret_cast<const float2*>(sm.rk + i);
+          float* dst = Ab + tri_block(I, w) + (i & 15) * kTriLd + (j & 15);
+          dst[0] = j < i ? b2.x * k2.x * rkj[h] * accK[I](e) : 0.f;
+          dst[kTriLd] = j < i + 1 ? b2.y * k2.y * rkj[h] * accK[I](e + 1) : 0.f;
+        }
+      }
+    }
+  }
+  warpgroup_sync<1>();
+
+  // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks
+  if (tid < kC) tri_diag_compact(Ab, tid >> 4, tid & 15);
+  warpgroup_sync<1>();
+  if (w < 3) tri_offdiag_compact<false>(Ab, Tb, X, w + 1, w);
+  warpgroup_sync<1>();
+  if (w < 2) tri_offdiag_compact<false>(Ab, Tb, X, w + 2, w);
+  warpgroup_sync<1>();
+  if (w == 0) tri_offdiag_compact<false>(Ab, Tb, X, 3, 0);
+  warpgroup_sync<1>();
+
+  // ---- W = (T diag(β)) (r_k k ⊙ e^γ) and U = (T diag(β)) v: one register A operand for both
+  Tensor Tv = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+  scaled_inverse_a(Ab, Tb, w, g, t, Tv, sm.bet, static_cast<decltype(Tv)*>(nullptr), nullptr);
+  auto mmaW = make_tiled_mma(typename At::N128MN{});
+  auto mmaU = make_tiled_mma(typename At::N64MN{});
+  Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.k), typename L::ChByTokMN{}));
+  Tensor tV0 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.v0), typename L::VcByTokMN{}));
+  Tensor tV1 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.v1), typename L::VcByTokMN{}));
+  Tensor accW = partition_fragment_C(mmaW, Shape<_64, Int<kK>>{});
+  Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
+  fence_regs(Tv);
+  fence_regs(accW);
+  fence_regs(accU);
+  warpgroup_arrive();
+  wg_gemm<true>(mmaW, Tv, tKw, accW);
+  wg_gemm<true>(mmaU, Tv, tV0, accU);
+  warpgroup_commit_batch();
+  warpgroup_wait<0>();
+  fence_regs(accW);
+  fence_regs(accU);
+  T* Wo = static_cast<T*>(p.W) + blk * kC * kK;
+  T* Uo = static_cast<T*>(p.U) + blk * kC * V;
+#pragma unroll
+  for (int i = 0; i < size(accW); i += 2) {
+    const int r = acc_row(w, g, i), cc = acc_col(t, i);
+    *reinterpret_cast<uint32_t*>(Wo + r * kK + cc) = pack2<T>(accW(i), accW(i + 1));
+  }
+#pragma unroll
+  for (int i = 0; i < size(accU); i += 2) {
+    const int r = acc_row(w, g, i), cc = acc_col(t, i);
+    *reinterpret_cast<uint32_t*>(Uo + r * V + cc) = pack2<T>(accU(i), accU(i + 1));
+  }
+  if (V > kVT) {
+    fence_regs(accU);
+    warpgroup_arrive();
+    wg_gemm<true>(mmaU, Tv, tV1, accU);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    fence_regs(accU);
+#pragma unroll
+    for (int i = 0; i < size(accU); i += 2) {
+      const int r = acc_row(w, g, i), cc = acc_col(t, i);
+      *reinterpret_cast<uint32_t*>(Uo + r * V + kVT + cc) = pack2<T>(accU(i), accU(i + 1));
+    }
+  }
+#endif
+}
+
+template <class T>
+cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
+  auto kernel = chunk_prep_vector_delta_wgmma_kernel<T>;
+  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
+  constexpr int smem = static_cast<int>(sizeof(VectorDeltaSmem<typename Atoms<T>::E>)) + 1024;
+  static_assert(2 * (smem + 1024) <= 228 * 1024, "two CTAs an SM (each with its 1 KB reserved)");
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(p.num_chunks, p.HV);
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace wgmma_recurrence
+}  // namespace linattn::cuda::kern

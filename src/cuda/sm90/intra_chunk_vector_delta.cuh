@@ -103,24 +103,25 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   // factor tables, exp(γ_C), the wide flags
   {
     const int d = tid;
-    float R[5];
-    R[0] = 0.f;
+    if (!gf32) {  // 16-bit (or float64) raw gates: widened into γ's buffer first, so the scan has one form
+#pragma unroll 4
+      for (int i = 0; i < kC; ++i) sm.gam[i * kLdG + d] = i < Lc ? load_any(p.g, p.g_dt, gb + i * gs + d) : 0.f;
+    }
+    // The scan's code is kept small (four tokens unrolled, five gate variants): fully unrolled
+    // it made the kernel ~30 K instructions and instruction-fetch stalls its largest cost.
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
       float run = 0.f;
-#pragma unroll
-      for (int I = 0; I < 4; ++I) {
-#pragma unroll
-        for (int ii = 0; ii < 16; ++ii) {
-          const int i = 16 * I + ii;
-          float raw = 0.f;
-          if (gf32) raw = sm.gam[i * kLdG + d];
-          else if (i < Lc) raw = load_any(p.g, p.g_dt, gb + i * gs + d);
-          run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, raw, dtb) : 0.f;
-          sm.gam[i * kLdG + d] = run;
-        }
-        R[I + 1] = run;
+#pragma unroll 4
+      for (int i = 0; i < kC; ++i) {
+        const float raw = sm.gam[i * kLdG + d];
+        run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, raw, dtb) : 0.f;
+        sm.gam[i * kLdG + d] = run;
       }
     });
+    float R[5];
+    R[0] = 0.f;
+#pragma unroll
+    for (int I = 0; I < 4; ++I) R[I + 1] = sm.gam[(16 * I + 15) * kLdG + d];  // this thread's own writes
 #pragma unroll
     for (int I = 1; I <= 4; ++I)
 #pragma unroll
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   {
     const int d0 = 8 * (tid & 15);
     T* qgw = static_cast<T*>(p.Qg) + blk * kC * kK;
-#pragma unroll
+#pragma unroll 2
     for (int it = 0; it < kC * kK / 8 / kThreads; ++it) {
       const int i = (tid >> 4) + 8 * it, I = it >> 1;  // i >> 4 == it >> 1
       T* qp = reinterpret_cast<T*>(sm.q) + kmajor_off<kC>(i, d0);
@@ -293,6 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
     if (I != w || !(sm.wide[I] | sm.wide[4 + I] | sm.wide[8 + I] | sm.wide[12 + I])) continue;  // warp-uniform
     float sk[8] = {}, sqv[8] = {};
     const int j0 = 16 * I + g;
+#pragma unroll 1
     for (int d = 0; d < kK; ++d) {
       float kj[2], gj[2], ki[4], qi[4], gi[4];
 #pragma unroll

@@ -257,13 +257,17 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
     FragA& A = Pa[I & 1];
     // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
     const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1 < I ? w + 1 : 0) * kK : nullptr);
-    const bool live = w <= I;
+    if (w <= I) {  // warp-uniform
 #pragma unroll
-    for (int i = 0; i < kK / 2; i += 2) {
-      const int d = 8 * (i >> 2) + 2 * t;
-      const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
-      A(i) = E(live ? base[i] * fv.x : 0.f);
-      A(i + 1) = E(live ? base[i + 1] * fv.y : 0.f);
+      for (int i = 0; i < kK / 2; i += 2) {
+        const int d = 8 * (i >> 2) + 2 * t;
+        const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
+        A(i) = E(base[i] * fv.x);
+        A(i + 1) = E(base[i + 1] * fv.y);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kK / 2; ++i) A(i) = E(0.f);
     }
     Tensor tBk = thr16.partition_fragment_B(local_tile(sLk, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
     Tensor tBq = thr16.partition_fragment_B(local_tile(sLq, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
@@ -288,35 +292,43 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
     fence_regs(accQ[I]);
   }
 
-  // ---- wide diagonal blocks: exact per-element decays (raw rows from global memory, γ in smem)
+  // ---- a wide diagonal block (warp w's, block w): exact per-element decays e^{γ_i - γ_j}, the
+  // raw rows read from global memory 8 channels at a time (16-byte loads), γ from shared memory
 #pragma unroll
   for (int I = 0; I < 4; ++I) {
     if (I != w || !(sm.wide[I] | sm.wide[4 + I] | sm.wide[8 + I] | sm.wide[12 + I])) continue;  // warp-uniform
     float sk[8] = {}, sqv[8] = {};
-    const int j0 = 16 * I + g;
+    const int j0 = 16 * w + g, i0 = 16 * w + 2 * t;  // rows j0 + 8 h; columns i0 + 8 (m >> 1) + (m & 1)
 #pragma unroll 1
-    for (int d = 0; d < kK; ++d) {
-      float kj[2], gj[2], ki[4], qi[4], gi[4];
+    for (int d0 = 0; d0 < kK; d0 += 8) {
+      uint4 kj[2], ki[4], qi[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int j = j0 + 8 * h;
-        kj[h] = j < Lc ? to_f(kg[j * rs + d]) : 0.f;
-        gj[h] = sm.gam[j * kLdG + d];
+        kj[h] = j < Lc ? __ldg(reinterpret_cast<const uint4*>(kg + j * rs + d0)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
-        const int i = 16 * I + 8 * (m >> 1) + 2 * t + (m & 1);
-        ki[m] = i < Lc ? to_f(kg[i * rs + d]) : 0.f;
-        qi[m] = i < Lc ? to_f(qg[i * rs + d]) : 0.f;
-        gi[m] = sm.gam[i * kLdG + d];
+        const int i = i0 + 8 * (m >> 1) + (m & 1);
+        ki[m] = i < Lc ? __ldg(reinterpret_cast<const uint4*>(kg + i * rs + d0)) : make_uint4(0, 0, 0, 0);
+        qi[m] = i < Lc ? __ldg(reinterpret_cast<const uint4*>(qg + i * rs + d0)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int h = (e >> 1) & 1, m = 2 * (e >> 2) + (e & 1);
-        const int j = j0 + 8 * h, i = 16 * I + 8 * (e >> 2) + 2 * t + (e & 1);
-        const float x = j <= i ? __expf(gi[m] - gj[h]) * kj[h] : 0.f;
-        sk[e] = fmaf(ki[m], x, sk[e]);
-        sqv[e] = fmaf(qi[m], x, sqv[e]);
+      for (int cc = 0; cc < 8; ++cc) {
+        float x[2], gi[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) x[h] = to_f(reinterpret_cast<const T*>(&kj[h])[cc]);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) gi[m] = sm.gam[(i0 + 8 * (m >> 1) + (m & 1)) * kLdG + d0 + cc];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int h = (e >> 1) & 1, m = 2 * (e >> 2) + (e & 1);
+          const int j = j0 + 8 * h, i = i0 + 8 * (e >> 2) + (e & 1);
+          const float gj = sm.gam[j * kLdG + d0 + cc];
+          const float y = j <= i ? __expf(gi[m] - gj) * x[h] : 0.f;
+          sk[e] = fmaf(to_f(reinterpret_cast<const T*>(&ki[m])[cc]), y, sk[e]);
+          sqv[e] = fmaf(to_f(reinterpret_cast<const T*>(&qi[m])[cc]), y, sqv[e]);
+        }
       }
     }
 #pragma unroll

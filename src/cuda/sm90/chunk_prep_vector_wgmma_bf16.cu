@@ -5,6 +5,6 @@
 
 namespace linattn::cuda::kern {
 cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s) {
-  return wgmma_recurrence::launch_prep_vector_wgmma<__nv_bfloat16>(p, s);
+  return wgmma_recurrence::launch_prep_vector_wgmma<__nv_bfloat16, true>(p, s);
 }
 }  // namespace linattn::cuda::kern

@@ -10,6 +10,7 @@ cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaS
 cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
+cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -54,16 +55,18 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 }
 
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
-  const bool common = p.delta && p.W && p.U && p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr &&
-                      p.KgT_lo == nullptr && p.g_gamma == nullptr && (p.V == 64 || p.V == 128) &&
-                      recurrence_wgmma_supported(dtype, p.K, p.V);
-  // the scalar gate: raw-row outputs; the vector gate: Qg and KgT, bf16 only (its file says why)
-  if (vector_gate) return common && dtype == 1 && p.g != nullptr && p.Qg && p.KgT && p.rowfac == nullptr;
-  return common && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr;
+  const bool common = p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr &&
+                      p.g_gamma == nullptr && (p.V == 64 || p.V == 128) && recurrence_wgmma_supported(dtype, p.K, p.V);
+  if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_delta.cuh says why); GLA reads
+                    // its V from the v rows (no U)
+    return common && dtype == 1 && p.g != nullptr && p.Qg && p.KgT && p.rowfac == nullptr &&
+           (p.delta ? (p.W && p.U) : (!p.W && !p.U));
+  // the scalar gate with the delta rule (GDN): raw-row outputs
+  return common && p.delta && p.W && p.U && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr;
 }
 
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s) {
-  if (vector_gate) return launch_prep_vector_wgmma_bf16(p, s);
+  if (vector_gate) return p.delta ? launch_prep_vector_wgmma_bf16(p, s) : launch_prep_vector_nodelta_wgmma_bf16(p, s);
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }
 

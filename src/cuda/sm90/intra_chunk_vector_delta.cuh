@@ -1,7 +1,7 @@
-// The chunk-local work of the vector-gate delta rule (KDA) on one warpgroup of Hopper, run
-// chunk-parallel (one CTA per (chunk, value head)) as the forward's chunk_prep for 16-bit KDA at
-// K = 128: it writes W, U, Qg, KgT, Aqk and exp(γ_C) in chunk_prep's workspace layouts for the
-// wgmma pass (recurrence_consumer.cuh). Per chunk of 64 tokens:
+// The chunk-local work of the vector gate (KDA with the delta rule, GLA without) on one warpgroup
+// of Hopper, run chunk-parallel (one CTA per (chunk, value head)) as the forward's chunk_prep for
+// bf16 at K = 128: it writes Qg, KgT, Aqk, exp(γ_C) and (delta rule) W, U in chunk_prep's
+// workspace layouts for the wgmma pass (recurrence_consumer.cuh). Per chunk of 64 tokens:
 //   γ   = chunk-local cumsum of the (in-kernel transformed, floored) gate, per channel;
 //   K Kᵀ and Q Kᵀ with the per-channel decay e^{γ_i - γ_j}, one 16-row block I of i at a time:
 //   with R_I = γ of the token before block I (R_0 = 0),
@@ -12,8 +12,8 @@
 //   P_I is built in registers (RS wgmma, m64n16: the 64 rows j against block I's 16 rows i) from
 //   one per-element base k_j e^{R_{w+1} - γ_j} <= |k| of warp w's rows times a per-channel
 //   e^{R_I - R_{w+1}} <= 1, so each element takes one exp for all four blocks;
-//   Aqk, T = (I + tril(β A))⁻¹ (tri_inverse.cuh, compact form), W = T diag(β) (r_k k ⊙ e^γ),
-//   U = T diag(β) v (RS wgmma, as the scalar gate's producer).
+//   Aqk; with the delta rule T = (I + tril(β A))⁻¹ (tri_inverse.cuh, compact form),
+//   W = T diag(β) (r_k k ⊙ e^γ), U = T diag(β) v (RS wgmma, as the scalar gate's producer).
 // The same quantities as chunk_prep's vector-gate form (chunk_prep.cuh), which other GPUs, fp16,
 // other head sizes and the backward's recompute keep.
 #pragma once
@@ -28,13 +28,23 @@ constexpr int kLdG = kK + 8;            // γ's row stride (floats): 8 rows' flo
 constexpr float kWideSpread = 80.f;     // e^80 |k| stays inside bfloat16's range
 __host__ __device__ constexpr int rpair(int I, int J) { return I * (I - 1) / 2 + J; }  // 0 <= J < I <= 4
 
+// The delta rule's tiles (KDA); GLA has none (NoDeltaTiles: placeholders, never read).
 template <class E>
-struct alignas(1024) VectorDeltaSmem {
-  alignas(1024) E q[kC * kK];   // q (tok, ch) at kmajor_off<64>; L_q in place; then A's compact blocks (float)
-  alignas(1024) E k[kK * kC];   // k (ch, tok) at mnmajor_off; then W's B operand r_k k ⊙ e^γ in place
+struct DeltaTiles {
   alignas(1024) E lk[kC * kK];  // L_k (tok, ch) at kmajor_off<64>
   alignas(1024) E v0[kC * kVT];
   alignas(1024) E v1[kC * kVT];
+};
+template <class E>
+struct NoDeltaTiles {
+  E lk[8], v0[8], v1[8];
+};
+
+template <class E, bool DELTA>
+struct alignas(1024) VectorDeltaSmem {
+  alignas(1024) E q[kC * kK];   // q (tok, ch) at kmajor_off<64>; L_q in place; then A's compact blocks (float)
+  alignas(1024) E k[kK * kC];   // k (ch, tok) at mnmajor_off; then W's B operand r_k k ⊙ e^γ in place
+  std::conditional_t<DELTA, DeltaTiles<E>, NoDeltaTiles<E>> dt;
   alignas(16) float gam[kC * kLdG];   // the raw float32 gate, then γ; then T's off-diagonal blocks and X
   alignas(16) float er[10 * kK];      // e^{R_I - R_J}, J < I <= 4 (rpair)
   alignas(16) float ed[4 * kK];       // e^{min(R_I - R_{I+1}, kWideSpread)}: the diagonal block's factor
@@ -44,13 +54,14 @@ struct alignas(1024) VectorDeltaSmem {
   int wide[16];  // [warp][block]: some channel of the warp's 32 has a wide diagonal block
 };
 
-template <class T>
-__global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_kernel(const __grid_constant__ PrepParams p) {
+// Two CTAs an SM with the delta rule (~107 KB), three without it (~74 KB).
+template <class T, bool DELTA>
+__global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgmma_kernel(const __grid_constant__ PrepParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using At = Atoms<T>;
   using E = typename At::E;
   using L = Layouts<E>;
-  using Smem = VectorDeltaSmem<E>;
+  using Smem = VectorDeltaSmem<E, DELTA>;
   static_assert(10 * kTriBlock * sizeof(float) <= sizeof(Smem::q), "A's blocks fit the q tile");
   static_assert(9 * kTriBlock <= kC * kLdG, "T's blocks and three warps' X fit γ's buffer");
   extern __shared__ unsigned char smem_raw[];
@@ -71,8 +82,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   copy_mnmajor<T>(reinterpret_cast<T*>(sm.k), kg, rs, tid, Lc);
   const int64_t vs = static_cast<int64_t>(HV) * V;
   const T* vrow = static_cast<const T*>(p.v) + static_cast<int64_t>(t0) * vs + static_cast<int64_t>(hv) * V;
-  copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.v0), vrow, vs, tid, Lc);
-  if (V > kVT) copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.v1), vrow + kVT, vs, tid, Lc);
+  if (DELTA) copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.dt.v0), vrow, vs, tid, Lc);
+  if (DELTA && V > kVT) copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.dt.v1), vrow + kVT, vs, tid, Lc);
   const bool gf32 = p.g_dt == 2;
   const int64_t gs = static_cast<int64_t>(HV) * kK;
   const int64_t gb = static_cast<int64_t>(t0) * gs + static_cast<int64_t>(hv) * kK;
@@ -87,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   }
   cp_commit();
   float braw = 0.f;
-  if (tid < Lc && tid < kC) braw = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
+  if (DELTA && tid < Lc && tid < kC) braw = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
   gate::HeadGate hg;
   hg.kind = p.gate_kind;
   hg.has_alog = p.gate_kind != 0 && p.has_alog;
@@ -235,8 +246,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
         kww[m / 2] = pack2<T>(ka * e0[m] * rki, kb * e0[m + 1] * rki);
       }
       *reinterpret_cast<uint4*>(qp) = lq;
-      *reinterpret_cast<uint4*>(reinterpret_cast<T*>(sm.lk) + kmajor_off<kC>(i, d0)) = lk;
-      *reinterpret_cast<uint4*>(kp) = kw;
+      if constexpr (DELTA) {
+        *reinterpret_cast<uint4*>(reinterpret_cast<T*>(sm.dt.lk) + kmajor_off<kC>(i, d0)) = lk;
+        *reinterpret_cast<uint4*>(kp) = kw;
+      }
       *reinterpret_cast<uint4*>(qgw + i * kK + d0) = qo;
     }
   }
@@ -246,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   // ---- (A_I)ᵀ for the four row blocks: RS wgmma m64n16k128, P_I from registers, L's block-I rows
   auto mma16 = make_tiled_mma(typename At::N16{});
   auto thr16 = mma16.get_thread_slice(tid);
-  Tensor sLk = make_tensor(make_smem_ptr(sm.lk), typename L::TokByK{});
+  Tensor sLk = make_tensor(make_smem_ptr(sm.dt.lk), typename L::TokByK{});
   Tensor sLq = make_tensor(make_smem_ptr(sm.q), typename L::TokByK{});
   using Acc16 = decltype(partition_fragment_C(mma16, Shape<_64, _16>{}));
   using FragA = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{}));
@@ -275,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
     fence_regs(accK[I]);
     fence_regs(accQ[I]);
     warpgroup_arrive();
-    wg_gemm<true>(mma16, A, tBk, accK[I]);
+    if constexpr (DELTA) wg_gemm<true>(mma16, A, tBk, accK[I]);
     wg_gemm<true>(mma16, A, tBq, accQ[I]);
     warpgroup_commit_batch();
   };
@@ -358,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
         uint32_t x = pack2<T>(qa, qb);
         asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
         *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
-        if (w <= I) {  // warp-uniform: block (I, w) of the lower triangle
+        if (DELTA && w <= I) {  // warp-uniform: block (I, w) of the lower triangle
           const float2 b2 = *reinterpret_cast<const float2*>(sm.bet + i);
           const float2 k2 = *reinterpret_cast<const float2*>(sm.rk + i);
           float* dst = Ab + tri_block(I, w) + (i & 15) * kTriLd + (j & 15);
@@ -368,6 +381,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
       }
     }
   }
+  if constexpr (!DELTA) return;  // GLA: Qg, KgT, Aqk and exp(γ_C) are all it needs
   warpgroup_sync<1>();
 
   // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks
@@ -386,8 +400,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
   auto mmaW = make_tiled_mma(typename At::N128MN{});
   auto mmaU = make_tiled_mma(typename At::N64MN{});
   Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.k), typename L::ChByTokMN{}));
-  Tensor tV0 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.v0), typename L::VcByTokMN{}));
-  Tensor tV1 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.v1), typename L::VcByTokMN{}));
+  Tensor tV0 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.dt.v0), typename L::VcByTokMN{}));
+  Tensor tV1 = mmaU.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.dt.v1), typename L::VcByTokMN{}));
   Tensor accW = partition_fragment_C(mmaW, Shape<_64, Int<kK>>{});
   Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
   fence_regs(Tv);
@@ -428,12 +442,12 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_prep_vector_delta_wgmma_ker
 #endif
 }
 
-template <class T>
+template <class T, bool DELTA>
 cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
-  auto kernel = chunk_prep_vector_delta_wgmma_kernel<T>;
+  auto kernel = chunk_prep_vector_wgmma_kernel<T, DELTA>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(VectorDeltaSmem<typename Atoms<T>::E>)) + 1024;
-  static_assert(2 * (smem + 1024) <= 228 * 1024, "two CTAs an SM (each with its 1 KB reserved)");
+  constexpr int smem = static_cast<int>(sizeof(VectorDeltaSmem<typename Atoms<T>::E, DELTA>)) + 1024;
+  static_assert((DELTA ? 2 : 3) * (smem + 1024) <= 228 * 1024, "two (three) CTAs an SM, each with its 1 KB reserved");
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(p.num_chunks, p.HV);

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "cuda/common/chunk_fwd.hpp"
-#include "cuda/common/gate.cuh"
+#include "cuda/common/prep_gate.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/tri_inverse.cuh"
 #include "cuda/config/limits.hpp"
@@ -84,14 +84,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // ---- 1a. gates: transform + chunk-local cumsum. Vector gate: thread = (key channel d, segment
   // of K/4 consecutive tokens); the segment is scanned in registers and the segment offsets are
   // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
-  gate::HeadGate hg;
-  hg.kind = p.gate_kind;
-  hg.has_alog = p.gate_kind != 0 && p.has_alog;
-  hg.alog = hg.has_alog ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
-  hg.ea = expf(hg.alog);
-  hg.lower_bound = p.lower_bound;
   // simple GLA's per-head constant gate, added to every token's g (0 for the other families)
-  hg.gamma = (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+  const gate::HeadGate hg = prep_head_gate(p, hv, (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f);
   // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})

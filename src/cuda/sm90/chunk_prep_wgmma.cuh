@@ -60,11 +60,7 @@ cudaError_t launch_prep_wgmma(const PrepParams& p, cudaStream_t s) {
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
   constexpr int smem = static_cast<int>(sizeof(PrepWgmmaSmem<typename Atoms<T>::E>)) + 1024;
   static_assert(3 * (smem + 1024) <= 228 * 1024, "three CTAs an SM (each with its 1 KB reserved)");
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  dim3 grid(p.num_chunks, p.HV);
-  kernel<<<grid, kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  return launch_chunk_heads(kernel, smem, p, s);
 }
 
 }  // namespace wgmma_recurrence

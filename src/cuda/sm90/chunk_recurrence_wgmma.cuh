@@ -27,6 +27,16 @@ __device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw
   return smem_raw + pad;
 }
 
+// A chunk-parallel Hopper kernel (one warpgroup per (chunk, value head)) with SMEM bytes of dynamic
+// shared memory: the attribute, then the launch over (num_chunks, HV).
+template <class Kernel>
+cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cudaStream_t s) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(p.num_chunks, p.HV), kThreads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
 template <class T, bool DELTA, bool RAW, int STAGES>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

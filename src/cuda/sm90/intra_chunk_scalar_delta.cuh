@@ -16,7 +16,7 @@
 // the backward's recompute keep.
 #pragma once
 
-#include "cuda/common/gate.cuh"
+#include "cuda/common/prep_gate.cuh"
 #include "cuda/common/tri_inverse.cuh"
 #include "cuda/sm90/recurrence_consumer.cuh"
 
@@ -120,12 +120,7 @@ struct ScalarDeltaProducer {
     g = lane >> 2;
     t = lane & 3;
     hk = hv / pp.G;
-    hg.kind = pp.gate_kind;
-    hg.has_alog = pp.gate_kind != 0 && pp.has_alog;
-    hg.alog = hg.has_alog ? load_any(pp.A_log, pp.alog_dt, hv) : 0.f;
-    hg.ea = expf(hg.alog);
-    hg.lower_bound = pp.lower_bound;
-    hg.gamma = 0.f;
+    hg = prep_head_gate(pp, hv);
     dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
   }
 

@@ -99,13 +99,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
   cp_commit();
   float braw = 0.f;
   if (DELTA && tid < Lc && tid < kC) braw = load_any(p.beta, p.beta_dt, static_cast<int64_t>(t0 + tid) * HV + hv);
-  gate::HeadGate hg;
-  hg.kind = p.gate_kind;
-  hg.has_alog = p.gate_kind != 0 && p.has_alog;
-  hg.alog = hg.has_alog ? load_any(p.A_log, p.alog_dt, hv) : 0.f;
-  hg.ea = expf(hg.alog);
-  hg.lower_bound = p.lower_bound;
-  hg.gamma = 0.f;
+  const gate::HeadGate hg = prep_head_gate(p, hv);
   const float dtb = p.gate_kind != 0 && p.has_dtb ? load_any(p.dt_bias, p.dtb_dt, static_cast<int64_t>(hv) * kK + tid) : 0.f;
   cp_wait<0>();
   warpgroup_sync<1>();
@@ -196,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
       const float2 f = ekg ? *reinterpret_cast<const float2*>(ekg + d) : make_float2(1.f, 1.f);
       uint32_t x = pack2<T>(base[i] * f.x * rkj[h], base[i + 1] * f.y * rkj[h]);
       // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
-      asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+      x = movmatrix_trans(x);
       *reinterpret_cast<uint32_t*>(kgt + (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
     }
   }
@@ -369,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
         const float qa = j <= i ? p.scale * rq2.x * rkj[h] * accQ[I](e) : 0.f;
         const float qb = j <= i + 1 ? p.scale * rq2.y * rkj[h] * accQ[I](e + 1) : 0.f;
         uint32_t x = pack2<T>(qa, qb);
-        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+        x = movmatrix_trans(x);
         *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
         if (DELTA && w <= I) {  // warp-uniform: block (I, w) of the lower triangle
           const float2 b2 = *reinterpret_cast<const float2*>(sm.bet + i);
@@ -448,11 +442,7 @@ cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
   constexpr int smem = static_cast<int>(sizeof(VectorDeltaSmem<typename Atoms<T>::E, DELTA>)) + 1024;
   static_assert((DELTA ? 2 : 3) * (smem + 1024) <= 228 * 1024, "two (three) CTAs an SM, each with its 1 KB reserved");
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  dim3 grid(p.num_chunks, p.HV);
-  kernel<<<grid, kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  return launch_chunk_heads(kernel, smem, p, s);
 }
 
 }  // namespace wgmma_recurrence

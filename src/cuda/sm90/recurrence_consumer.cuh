@@ -163,7 +163,7 @@ struct RecurrenceConsumer {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         uint32_t x = pack2<T>(Oi(4 * nb + 2 * hh), Oi(4 * nb + 2 * hh + 1));
-        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+        x = movmatrix_trans(x);
         asm volatile(
             "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
             "r"(Lc), "l"(orow + 8 * nb * ostride + 8 * hh), "r"(x)

@@ -126,6 +126,14 @@ __device__ __forceinline__ void fence_regs(Acc& a) {
 __device__ __forceinline__ int acc_row(int warp, int g, int i) { return 16 * warp + g + 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
 
+// The 8x8 16-bit matrix a warp holds as (row lane / 4, columns 2 (lane % 4), +1) pairs, transposed:
+// the lane then holds the same positions of the transpose (accumulator pairs to row-major stores
+// of the transposed tile).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(x) : "r"(x));
+  return x;
+}
+
 // acc (an m64nN accumulator) into the A-operand registers of an m64 x kN product: the same
 // element order (both are the thread's (row, column-pair) values, 8 columns per 4 values).
 template <class FragA, class Acc>

@@ -153,8 +153,33 @@ VARLEN_DISTS = ["uniform", "random", "skewed"]
 VARLEN_FULL_GRID = ("kda", "kda_safe_gate_ik", "gdn")
 
 
+# seed 003's 15-sequence varlen layout (its cu_seqlens diffs, 8192 tokens)
+SEED003_LENS = (494, 510, 557, 347, 332, 609, 267, 980, 890, 640, 464, 628, 526, 626, 322)
+
+
+def issue_items() -> list[tuple[Variant, Shape]]:
+    """The core v2 issue's own rows: few chains (B=1, T=16384, H=HV=16) for KDA and GDN, and seed
+    003's 15-sequence layout with every length x4 (32768 tokens) for KDA (plain and safe_gate +
+    in-kernel gate) and GDN. Selected by --ops with the variant keys kda_h16, gdn_h16 or the shape
+    key varlen-seed003x4."""
+    by = {v.key: v for v in gpu_variants()}
+    few = fixed_shape(1, 16384)
+    items = [(dataclasses.replace(by["kda"], key="kda_h16", label="KDA, H=16 (few chains)", H=16, HV=16), few),
+             (dataclasses.replace(by["gdn"], key="gdn_h16", label="GDN, H=16 (few chains)", H=16, HV=16), few)]
+    lens = tuple(4 * n for n in SEED003_LENS)
+    v003 = Shape("varlen-seed003x4", f"seed 003's 15 seqs x4 T={sum(lens)} [{min(lens)}..{max(lens)}]", 1,
+                 sum(lens), lens, "seed003")
+    items += [(by[k], v003) for k in ("kda", "kda_safe_gate_ik", "gdn")]
+    return items
+
+
+def issue_variants() -> list[Variant]:
+    """The variants only issue_items() has."""
+    return [v for v, _ in issue_items() if v.key not in {g.key for g in gpu_variants()}]
+
+
 def gpu_work(quick: bool, varlen_all: bool) -> list[tuple[Variant, Shape]]:
-    """(variant, shape) work items in run order: all fixed shapes first, then varlen."""
+    """(variant, shape) work items in run order: all fixed shapes first, the issue's rows, then varlen."""
     variants = gpu_variants()
     items: list[tuple[Variant, Shape]] = []
     if quick:
@@ -170,6 +195,7 @@ def gpu_work(quick: bool, varlen_all: bool) -> list[tuple[Variant, Shape]]:
     for B, T in FIXED_FULL:
         for v in variants:
             items.append((v, fixed_shape(B, T)))
+    items += issue_items()
     for total in VARLEN_TOTALS:
         for n in VARLEN_N:
             for dist in VARLEN_DISTS:

@@ -168,7 +168,7 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 // chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds and
 // V is 64 or 128, forward outputs only (not the backward's exports Ainv, U_lo, KgT_lo): the scalar
 // gate (GDN, sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit;
-// the vector gate (KDA, GLA: sm90/intra_chunk_vector_delta.cuh) with Qg, KgT, Aqk, gexp and the
+// the vector gate (KDA, GLA: sm90/intra_chunk_vector_gate.cuh) with Qg, KgT, Aqk, gexp and the
 // delta rule's W, U, bf16.
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p);
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s);

@@ -1,6 +1,6 @@
-// The Hopper GLA chunk_prep's bf16 instantiation (intra_chunk_vector_delta.cuh without the delta
+// The Hopper GLA chunk_prep's bf16 instantiation (intra_chunk_vector_gate.cuh without the delta
 // rule: Qg, KgT, Aqk and exp(γ_C)).
-#include "cuda/sm90/intra_chunk_vector_delta.cuh"
+#include "cuda/sm90/intra_chunk_vector_gate.cuh"
 
 namespace linattn::cuda::kern {
 cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s) {

@@ -57,7 +57,7 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
   const bool common = p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr &&
                       p.g_gamma == nullptr && (p.V == 64 || p.V == 128) && recurrence_wgmma_supported(dtype, p.K, p.V);
-  if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_delta.cuh says why); GLA reads
+  if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_gate.cuh says why); GLA reads
                     // its V from the v rows (no U)
     return common && dtype == 1 && p.g != nullptr && p.Qg && p.KgT && p.rowfac == nullptr &&
            (p.delta ? (p.W && p.U) : (!p.W && !p.U));

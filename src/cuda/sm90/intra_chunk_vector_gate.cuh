@@ -41,7 +41,7 @@ struct NoDeltaTiles {
 };
 
 template <class E, bool DELTA>
-struct alignas(1024) VectorDeltaSmem {
+struct alignas(1024) VectorGateSmem {
   alignas(1024) E q[kC * kK];   // q (tok, ch) at kmajor_off<64>; L_q in place; then A's compact blocks (float)
   alignas(1024) E k[kK * kC];   // k (ch, tok) at mnmajor_off; then W's B operand r_k k ⊙ e^γ in place
   std::conditional_t<DELTA, DeltaTiles<E>, NoDeltaTiles<E>> dt;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
   using At = Atoms<T>;
   using E = typename At::E;
   using L = Layouts<E>;
-  using Smem = VectorDeltaSmem<E, DELTA>;
+  using Smem = VectorGateSmem<E, DELTA>;
   static_assert(10 * kTriBlock * sizeof(float) <= sizeof(Smem::q), "A's blocks fit the q tile");
   static_assert(9 * kTriBlock <= kC * kLdG, "T's blocks and three warps' X fit γ's buffer");
   extern __shared__ unsigned char smem_raw[];
@@ -440,7 +440,7 @@ template <class T, bool DELTA>
 cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
   auto kernel = chunk_prep_vector_wgmma_kernel<T, DELTA>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(VectorDeltaSmem<typename Atoms<T>::E, DELTA>)) + 1024;
+  constexpr int smem = static_cast<int>(sizeof(VectorGateSmem<typename Atoms<T>::E, DELTA>)) + 1024;
   static_assert((DELTA ? 2 : 3) * (smem + 1024) <= 228 * 1024, "two (three) CTAs an SM, each with its 1 KB reserved");
   return launch_chunk_heads(kernel, smem, p, s);
 }

@@ -410,16 +410,8 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
   fence_regs(accU);
   T* Wo = static_cast<T*>(p.W) + blk * kC * kK;
   T* Uo = static_cast<T*>(p.U) + blk * kC * V;
-#pragma unroll
-  for (int i = 0; i < size(accW); i += 2) {
-    const int r = acc_row(w, g, i), cc = acc_col(t, i);
-    *reinterpret_cast<uint32_t*>(Wo + r * kK + cc) = pack2<T>(accW(i), accW(i + 1));
-  }
-#pragma unroll
-  for (int i = 0; i < size(accU); i += 2) {
-    const int r = acc_row(w, g, i), cc = acc_col(t, i);
-    *reinterpret_cast<uint32_t*>(Uo + r * V + cc) = pack2<T>(accU(i), accU(i + 1));
-  }
+  acc_pairs<T>(accW, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Wo + r * kK + cc) = x; });
+  acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + cc) = x; });
   if (V > kVT) {
     fence_regs(accU);
     warpgroup_arrive();
@@ -427,11 +419,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 2 : 3) chunk_prep_vector_wgm
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     fence_regs(accU);
-#pragma unroll
-    for (int i = 0; i < size(accU); i += 2) {
-      const int r = acc_row(w, g, i), cc = acc_col(t, i);
-      *reinterpret_cast<uint32_t*>(Uo + r * V + kVT + cc) = pack2<T>(accU(i), accU(i + 1));
-    }
+    acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + kVT + cc) = x; });
   }
 #endif
 }

@@ -134,6 +134,14 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return x;
 }
 
+// An m64nN accumulator's (row, even column) pairs, rounded to 16-bit T and packed, through
+// put(row, column, pair): the row-major stores of a result tile.
+template <class T, class Acc, class Put>
+__device__ __forceinline__ void acc_pairs(const Acc& acc, int warp, int g, int t, Put&& put) {
+#pragma unroll
+  for (int i = 0; i < size(acc); i += 2) put(acc_row(warp, g, i), acc_col(t, i), pack2<T>(acc(i), acc(i + 1)));
+}
+
 // acc (an m64nN accumulator) into the A-operand registers of an m64 x kN product: the same
 // element order (both are the thread's (row, column-pair) values, 8 columns per 4 values).
 template <class FragA, class Acc>

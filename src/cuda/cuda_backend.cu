@@ -25,9 +25,15 @@ constexpr int64_t kC = config::kChunk;
 
 // Workspace carve-up (byte offsets). Raw-row mode: no Qg / KgT, [2][64] row factors per block.
 // Without the delta rule (GLA, simple GLA) no W.
+// The sequence-split pass (seg_chunks > 0, docs/sequence_split.md) adds its segment map, the
+// segments' transitions and their start states.
 struct WsLayout {
-  std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, total;
-  explicit WsLayout(const Problem& p) {
+  int seg_chunks;
+  int64_t segments;  // entries of the segment map (0 without the split)
+  std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, segs, trans, hseg, total;
+  explicit WsLayout(const Problem& p)
+      : seg_chunks(config::seq_split_chunks(p, config::sm_count(p.device.index))),
+        segments(seg_chunks > 0 ? kern::map_entries(p.cu.data(), p.N, seg_chunks) : 0) {
     const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;  // (chunk, head) blocks
     const bool rows = raw_rows(p);
@@ -41,9 +47,50 @@ struct WsLayout {
     Aqk = o; o = align_up(o + nb * kC * kC * es);
     gexp = o; o = align_up(o + nb * p.K * 4);
     rowfac = o; o = align_up(o + (rows ? nb * 2 * kC * 4 : 0));
+    const std::size_t sh = static_cast<std::size_t>(segments) * p.HV * p.K * 4;  // float32 per (segment, head) row
+    segs = o; o = align_up(o + sizeof(kern::SeqInfo) * segments);
+    trans = o; o = align_up(o + sh * (p.V + p.K));
+    hseg = o; o = align_up(o + sh * p.V);
     total = o;
   }
 };
+
+// The sequence-split state pass (docs/sequence_split.md): the segments' transitions, their start
+// states, then the pass over the segment map from those states. sp: the whole-sequence pass's
+// parameters.
+cudaError_t launch_split_state(const Problem& p, const WsLayout& lay, unsigned char* base, kern::StateParams sp,
+                               cudaStream_t st) {
+  const int dt = dtype_code(p.dtype);
+  const auto* segs = reinterpret_cast<const kern::SeqInfo*>(base + lay.segs);
+  float* hseg = reinterpret_cast<float*>(base + lay.hseg);
+  kern::CombineParams cp{};
+  cp.segs = segs;
+  cp.M = static_cast<int>(lay.segments);
+  cp.N = static_cast<int>(p.N);
+  cp.trans = reinterpret_cast<float*>(base + lay.trans);
+  cp.h0 = sp.h0;
+  cp.h0_dt = sp.h0_dt;
+  cp.hseg = hseg;
+  cp.HV = sp.HV;
+  cp.K = sp.K;
+  cp.V = sp.V;
+  cp.v_first = sp.v_first;
+  sp.seqs = segs;
+  sp.N = cp.M;
+  {
+    kern::StateParams ta = sp;
+    ta.trans = reinterpret_cast<float*>(base + lay.trans);
+    ta.h0 = nullptr;
+    ta.ht = nullptr;
+    cudaError_t e = kern::launch_recurrence_wgmma(dt, ta, st);
+    if (e != cudaSuccess) return e;
+  }
+  cudaError_t e = kern::launch_segment_combine(cp, st);
+  if (e != cudaSuccess) return e;
+  sp.h0 = hseg;
+  sp.h0_dt = dtype_code(DType::kFloat32);
+  return kern::launch_recurrence_wgmma(dt, sp, st);
+}
 
 }  // namespace
 
@@ -96,6 +143,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     mp.num_chunks = static_cast<int>(p.num_chunks);
     mp.seqs = reinterpret_cast<kern::SeqInfo*>(base + lay.seqs);
     mp.chunks = reinterpret_cast<kern::ChunkInfo*>(base + lay.chunks);
+    if (lay.seg_chunks > 0) {
+      mp.segs = reinterpret_cast<kern::SeqInfo*>(base + lay.segs);
+      mp.seg_chunks = lay.seg_chunks;
+    }
     e = kern::launch_chunk_maps(mp, st);
     if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
@@ -164,6 +215,11 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
     if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
       return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
+    if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
+      e = launch_split_state(p, lay, base, sp, st);
+      if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);
+      return Status::Ok();
+    }
     e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
   }

@@ -22,10 +22,11 @@ struct Built {
   std::vector<int> kmax;    // parameter block size per launch
 };
 
-Built build(const std::vector<int64_t>& cu) {
+Built build(const std::vector<int64_t>& cu, int seg_chunks = 0) {
   const int64_t N = static_cast<int64_t>(cu.size()) - 1;
+  const int64_t M = map_entries(cu.data(), N, seg_chunks);
   Built r;
-  r.seqs.assign(static_cast<std::size_t>(N), SeqInfo{-1, -1, -1, -1});
+  r.seqs.assign(static_cast<std::size_t>(M), SeqInfo{-1, -1, -1, -1});
   int64_t next = 0;  // batches come in order and cover [0, N) without gaps
   const bool ok = for_each_seq_batch(cu.data(), N, r.seqs.data(), [&](const auto& b) {
     constexpr int kMax = static_cast<int>(sizeof(b.seq) / sizeof(b.seq[0]));
@@ -38,9 +39,9 @@ Built build(const std::vector<int64_t>& cu) {
     r.counts.push_back(b.count);
     r.kmax.push_back(kMax);
     return true;
-  });
+  }, seg_chunks);
   EXPECT_TRUE(ok);
-  EXPECT_EQ(next, N);
+  EXPECT_EQ(next, M);
   return r;
 }
 
@@ -54,7 +55,7 @@ void expect_maps_match(const std::vector<int64_t>& cu, const Built& r) {
     EXPECT_EQ(r.seqs[n].t0, cu[n]);
     EXPECT_EQ(r.seqs[n].len, cu[n + 1] - cu[n]);
     EXPECT_EQ(r.seqs[n].chunk0, chunk0);
-    EXPECT_EQ(r.seqs[n].pad, 0);
+    EXPECT_EQ(r.seqs[n].seq, n);
     chunk0 += (cu[n + 1] - cu[n] + kC - 1) / kC;
   }
   const int num_chunks = static_cast<int>(chunk0);
@@ -129,6 +130,45 @@ TEST(ChunkMapHost, StopsAtAFailedLaunch) {
   EXPECT_FALSE(for_each_seq_batch(cu.data(), static_cast<int64_t>(seqs.size()), seqs.data(),
                                   [&](const auto&) { return ++launches < 2; }));
   EXPECT_EQ(launches, 2);
+}
+
+// The sequence-split map: each sequence's segments consecutive, in token order, whole chunks of
+// seg_chunks from the sequence's start (the last one shorter), chunk0 continuing the sequence's
+// chunks; sequences of at most seg_chunks chunks (empty ones included) one entry. Also across the
+// parameter-block sizes.
+TEST(ChunkMapHost, SegmentsSplitLongSequences) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> len(0, 40 * kC);
+  for (int seg_chunks : {1, 3, 8, 64})
+    for (int N : {1, 5, 200}) {
+      SCOPED_TRACE("seg_chunks " + std::to_string(seg_chunks) + " N " + std::to_string(N));
+      std::vector<int64_t> cu = {0};
+      for (int n = 0; n < N; ++n) {
+        const int l = len(rng);
+        cu.push_back(cu.back() + (l % 9 == 0 ? 0 : l % 4 == 0 ? (l / kC) * kC : l));
+      }
+      const Built r = build(cu, seg_chunks);
+      std::size_t e = 0;
+      int64_t chunk0 = 0;
+      for (int n = 0; n < N; ++n) {
+        const int64_t L = cu[n + 1] - cu[n], nch = (L + kC - 1) / kC;
+        const int64_t want = nch > seg_chunks ? (nch + seg_chunks - 1) / seg_chunks : 1;
+        int64_t t = cu[n];
+        for (int64_t s = 0; s < want; ++s, ++e) {
+          ASSERT_LT(e, r.seqs.size());
+          const SeqInfo& x = r.seqs[e];
+          EXPECT_EQ(x.seq, n);
+          EXPECT_EQ(x.t0, t);
+          EXPECT_EQ(x.chunk0, chunk0 + (t - cu[n]) / kC);
+          if (s + 1 < want) EXPECT_EQ(x.len, int64_t{seg_chunks} * kC);
+          else EXPECT_EQ(x.t0 + x.len, cu[n + 1]);
+          t += x.len;
+        }
+        EXPECT_EQ(t, cu[n + 1]);
+        chunk0 += nch;
+      }
+      EXPECT_EQ(e, r.seqs.size());
+    }
 }
 
 TEST(ChunkMapHost, ParameterBlocksFitCuda) {

@@ -127,7 +127,26 @@ struct StateParams {
   // from the token-major v rows ([tokens][HV][V]) instead of U, so chunk_prep writes no U (its copy
   // of V) and the workspace holds none (config::reads_v_rows). Null: U.
   const void* v_raw = nullptr;
+  // The sequence-split pass's first kernel (wgmma pass only; docs/sequence_split.md): seqs is the
+  // segment map (N entries), and every entry but a sequence's last writes its transition
+  // S_end = M S_start + C here, float32 [N][HV][K][V + K] (C in columns [0, V), M in [V, V + K));
+  // o is not written. Null: the pass proper (O, the final state of each sequence's last entry).
+  float* trans = nullptr;
 };
+
+// The sequence-split pass's combine (segment_combine.cu): per (sequence, value head), in order over
+// its segments e, the start states hseg[e] = M_{e-1} hseg[e-1] + C_{e-1}, hseg[first] = h0 (or 0):
+// float32 [entries][HV] states in the layout v_first names, read back as the pass's h0.
+struct CombineParams {
+  const SeqInfo* segs;  // the segment map [M]
+  int M, N;             // entries, sequences
+  const float* trans;   // StateParams::trans
+  const void* h0;       // the caller's initial states [N][HV] or null
+  int h0_dt;
+  float* hseg;          // out [M][HV][K][V] (or [V][K])
+  int HV, K, V, v_first;
+};
+cudaError_t launch_segment_combine(const CombineParams& p, cudaStream_t s);
 
 // dtype codes: config::DtypeCode (config/limits.hpp): 0 fp16, 1 bf16, 2 fp32.
 // vec_gate = false: the scalar-gate (GDN) layout, smaller; the vector-gate size also fits GDN.

@@ -30,12 +30,14 @@ __global__ void chunk_map_kernel(const ChunkMapParams p) {
 cudaError_t launch_chunk_maps(const MapParams& p, cudaStream_t s) {
   if (p.N <= 0) return cudaSuccess;
   cudaError_t e = cudaSuccess;
-  for_each_seq_batch(p.cu, p.N, p.seqs, [&](const auto& b) {
+  auto launch = [&](const auto& b) {
     const unsigned blocks = static_cast<unsigned>((b.count + kSeqThreads - 1) / kSeqThreads);
     seq_map_kernel<<<blocks, kSeqThreads, 0, s>>>(b);
     e = cudaGetLastError();
     return e == cudaSuccess;
-  });
+  };
+  for_each_seq_batch(p.cu, p.N, p.seqs, launch);
+  if (e == cudaSuccess && p.segs != nullptr) for_each_seq_batch(p.cu, p.N, p.segs, launch, p.seg_chunks);
   if (e != cudaSuccess || p.num_chunks <= 0 || p.chunks == nullptr) return e;
   constexpr int kThreads = 256;
   chunk_map_kernel<<<(p.num_chunks + kThreads - 1) / kThreads, kThreads, 0, s>>>(

@@ -25,6 +25,10 @@ struct MapParams {
   int num_chunks;     // total chunks (what cu gives)
   SeqInfo* seqs;      // device out [N]
   ChunkInfo* chunks;  // device out [num_chunks], or null: the sequence map only
+  // The sequence-split state pass's map (segments of seg_chunks chunks, chunk_map_host.hpp), device
+  // out [map_entries(cu, N, seg_chunks)]; null: none.
+  SeqInfo* segs = nullptr;
+  int seg_chunks = 0;
 };
 
 // Enqueues the map kernels on s. No host synchronisation; cu is read before this returns.

@@ -22,11 +22,14 @@ struct ChunkInfo {
   int32_t t0;   // first flat token of the chunk
   int32_t len;  // valid tokens (1..64)
 };
+// An entry of a sequence map: a whole sequence, or (the sequence-split state pass,
+// config::seq_split) one segment of one, whole chunks from the sequence's start. Entries are in
+// token order; a sequence's segments are consecutive, its last entry ends it.
 struct SeqInfo {
   int32_t t0;      // first flat token
   int32_t len;     // tokens
   int32_t chunk0;  // first global chunk index
-  int32_t pad;
+  int32_t seq;     // the sequence it belongs to (a whole-sequence map: its own index)
 };
 
 // Sequences per launch of seq_map_kernel. Its parameter block carries the entries by value: a
@@ -51,7 +54,35 @@ static_assert(sizeof(SeqBatch<kSeqBatchLarge>) <= 32764 - 4096,
 // config::can_implement admits).
 inline SeqInfo seq_info(const int64_t* cu, int64_t n, int64_t chunk0) {
   return SeqInfo{static_cast<int32_t>(cu[n]), static_cast<int32_t>(cu[n + 1] - cu[n]),
-                 static_cast<int32_t>(chunk0), 0};
+                 static_cast<int32_t>(chunk0), static_cast<int32_t>(n)};
+}
+
+// The entries of the map of cu [N + 1] with segments of seg_chunks chunks (0: whole sequences), in
+// order: emit(SeqInfo). A sequence of more than seg_chunks chunks gives ceil(chunks / seg_chunks)
+// segments, the last one shorter; any other sequence (empty ones included) one entry.
+template <class Emit>
+void for_each_map_entry(const int64_t* cu, int64_t N, int seg_chunks, Emit&& emit) {
+  int64_t chunk0 = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t len = cu[n + 1] - cu[n];
+    const int64_t nch = (len + config::kChunk - 1) / config::kChunk;
+    if (seg_chunks <= 0 || nch <= seg_chunks) {
+      emit(seq_info(cu, n, chunk0));
+    } else {
+      const int64_t seg_len = static_cast<int64_t>(seg_chunks) * config::kChunk;
+      for (int64_t off = 0; off < len; off += seg_len)
+        emit(SeqInfo{static_cast<int32_t>(cu[n] + off), static_cast<int32_t>(len - off < seg_len ? len - off : seg_len),
+                     static_cast<int32_t>(chunk0 + off / config::kChunk), static_cast<int32_t>(n)});
+    }
+    chunk0 += nch;
+  }
+}
+
+// How many entries that map has.
+inline int64_t map_entries(const int64_t* cu, int64_t N, int seg_chunks) {
+  int64_t m = 0;
+  for_each_map_entry(cu, N, seg_chunks, [&](const SeqInfo&) { ++m; });
+  return m;
 }
 
 // Chunk c of the map seqs [N] (c below the total chunk count): the last sequence whose first
@@ -69,35 +100,43 @@ LINATTN_HOST_DEVICE inline ChunkInfo chunk_info(const SeqInfo* seqs, int N, int 
   return ChunkInfo{s.t0 + off, rest < config::kChunk ? rest : config::kChunk};
 }
 
-// Calls launch(batch) for consecutive batches covering sequences [0, N): one SeqBatch<kSeqBatchSmall>
-// when N <= kSeqBatchSmall, else SeqBatch<kSeqBatchLarge> blocks. dst is the device map [N].
-// Stops at the first launch that returns false and returns false; true when all were launched.
+// Calls launch(batch) for consecutive batches covering the entries of the map of cu [N + 1] with
+// segments of seg_chunks chunks (0: one entry per sequence), in order: one SeqBatch<kSeqBatchSmall>
+// when there are at most kSeqBatchSmall entries, else SeqBatch<kSeqBatchLarge> blocks. dst is the
+// device map [map_entries(cu, N, seg_chunks)]. Stops at the first launch that returns false and
+// returns false; true when all were launched.
 template <class Launch>
-bool for_each_seq_batch(const int64_t* cu, int64_t N, SeqInfo* dst, Launch&& launch) {
-  int64_t chunk0 = 0;
-  auto run = [&](auto& b, int64_t first, int64_t count) {
-    b.dst = dst + first;
-    b.first = static_cast<int32_t>(first);
-    b.count = static_cast<int32_t>(count);
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t n = first + i;
-      b.seq[i] = seq_info(cu, n, chunk0);
-      chunk0 += (cu[n + 1] - cu[n] + config::kChunk - 1) / config::kChunk;
-    }
-    return launch(static_cast<const std::remove_reference_t<decltype(b)>&>(b));
+bool for_each_seq_batch(const int64_t* cu, int64_t N, SeqInfo* dst, Launch&& launch, int seg_chunks = 0) {
+  const int64_t M = map_entries(cu, N, seg_chunks);
+  auto fill = [&](auto& b) {
+    constexpr int64_t kMax = static_cast<int64_t>(sizeof(b.seq) / sizeof(b.seq[0]));
+    int64_t first = 0;
+    bool ok = true;
+    auto flush = [&] {
+      if (!ok || b.count == 0) return;
+      b.dst = dst + first;
+      b.first = static_cast<int32_t>(first);
+      ok = launch(static_cast<const std::remove_reference_t<decltype(b)>&>(b));
+      first += b.count;
+      b.count = 0;
+    };
+    b.count = 0;
+    for_each_map_entry(cu, N, seg_chunks, [&](const SeqInfo& e) {
+      if (!ok) return;  // a launch failed: nothing more is launched
+      b.seq[b.count++] = e;
+      if (b.count == kMax) flush();
+    });
+    flush();
+    return ok;
   };
-  if (N <= 0) return true;
-  if (N <= kSeqBatchSmall) {
+  if (M <= 0) return true;
+  if (M <= kSeqBatchSmall) {
     SeqBatch<kSeqBatchSmall> b{};
-    return run(b, 0, N);
+    return fill(b);
   }
   // 24 KiB: reused across the launches (each launch copies its parameters when it is enqueued)
   SeqBatch<kSeqBatchLarge> b{};
-  for (int64_t first = 0; first < N; first += kSeqBatchLarge) {
-    const int64_t count = N - first < kSeqBatchLarge ? N - first : kSeqBatchLarge;
-    if (!run(b, first, count)) return false;
-  }
-  return true;
+  return fill(b);
 }
 
 }  // namespace linattn::cuda::kern

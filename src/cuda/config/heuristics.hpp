@@ -44,6 +44,15 @@ struct FusedTile {
 };
 FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool raw_rows);
 
+// The sequence-split state pass (docs/sequence_split.md): when the chains (sequence, value head,
+// V tile) are too few to fill the GPU, each sequence is cut into segments of this many chunks,
+// run in parallel from their start states (found from each segment's affine transition). 0: no
+// split. Only the wgmma pass (16-bit, K = 128, sm_90a) splits. A pure function of the problem and
+// the SM count: the same call on the same GPU model always splits the same way.
+int seq_split_chunks(const detail::Problem& p, int sms);
+// The same from the shape: N sequences, the longest of max_chunks chunks.
+int seq_split_chunks(int dtype, int K, int V, int HV, int64_t N, int64_t max_chunks, int sms);
+
 // ---- backward
 
 // A kernel's pipeline depth: the most stages (2, 1, 0) whose shared memory fits kMaxSmem (0 when

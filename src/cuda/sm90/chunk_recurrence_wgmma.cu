@@ -5,8 +5,8 @@
 
 namespace linattn::cuda::kern {
 
-cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, int stages, cudaStream_t s);
-cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, int stages, cudaStream_t s);
+cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, cudaStream_t s);
+cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
@@ -46,12 +46,11 @@ bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
 }
 
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s) {
-  // Three stages (two chunks in flight) with the delta rule (one CTA an SM either way: W makes a
-  // stage 67.5 KB), two without it (two CTAs an SM fit). Measured at the reference shape (H200,
-  // bench/NOTES_cuda_forward.md v17): 3 stages GDN 0.757 -> 0.735 ms, KDA 1.32 -> 1.33; the
-  // no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
-  const int stages = p.delta ? 3 : 2;
-  return dtype == 0 ? launch_recurrence_wgmma_fp16(p, stages, s) : launch_recurrence_wgmma_bf16(p, stages, s);
+  // Stages (launch_type): three (two chunks in flight) with the delta rule (one CTA an SM either
+  // way: W makes a stage 67.5 KB), two without it (two CTAs an SM fit). Measured at the reference
+  // shape (H200, bench/NOTES_cuda_forward.md v17): 3 stages GDN 0.757 -> 0.735 ms, KDA 1.32 ->
+  // 1.33; the no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
+  return dtype == 0 ? launch_recurrence_wgmma_fp16(p, s) : launch_recurrence_wgmma_bf16(p, s);
 }
 
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {

@@ -37,10 +37,15 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
   return cudaGetLastError();
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES>
+// One CTA per (map entry n, value head, V tile). The map is the sequence map, or the sequence-split
+// pass's segments (docs/sequence_split.md): the initial state is read for entry n, the final
+// state written for its sequence by the sequence's last entry. TRANS (that pass's first kernel):
+// tiles 0 .. V/64 - 1 carry C (from a zero state), tiles V/64 .. (V + K)/64 - 1 carry M (from the
+// identity, U = 0), for every entry but a sequence's last; the end states go to p.trans, no O.
+template <class T, bool DELTA, bool RAW, int STAGES, bool TRANS>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Consumer = RecurrenceConsumer<T, DELTA, RAW>;
+  using Consumer = RecurrenceConsumer<T, DELTA, RAW, TRANS>;
   using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
@@ -49,6 +54,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   // warpgroup 0 copies (the producer), warpgroup 1 runs the pass (the consumer)
   const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
   const SeqInfo si = p.seqs[n];
+  const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
+  if (TRANS && last) return;  // (whole CTA) a sequence's end needs no transition
+  const bool mtile = TRANS && v0 >= V;  // a transition tile: U = 0, nothing of U or V read
   const int nch = (si.len + kC - 1) / kC;
   const int hk = hv / p.G;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -74,15 +82,20 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
       if constexpr (RAW) {  // raw q / k rows ([tokens][H][K], shared by the value heads of a key head)
         const int64_t rs = static_cast<int64_t>(p.H) * kK;
         const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * kK;
-        copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
+        if constexpr (!TRANS)
+          copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
         copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
         tile_copy<float, 1, 2 * kC, kThreads>(st.rf, 2 * kC, p.rowfac + blk * 2 * kC, 2 * kC, tid);
       } else {
-        copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
+        if constexpr (!TRANS)
+          copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
         copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
       }
-      copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
-      if (vrows) {  // V_new = V from the token-major v rows; rows past the chunk's end zero
+      if constexpr (!TRANS)
+        copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
+      if (mtile) {
+        // a transition tile reads no U
+      } else if (vrows) {  // V_new = V from the token-major v rows; rows past the chunk's end zero
         const int64_t vs = static_cast<int64_t>(HV) * V;
         copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u),
                                       static_cast<const T*>(p.v_raw) + static_cast<int64_t>(si.t0 + ci * kC) * vs +
@@ -100,42 +113,46 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   }
 
   Consumer cons;
-  cons.init(p, n, hv, v0, tid);
+  cons.init(p, n, hv, v0, tid, /*read_h0=*/!TRANS);  // TRANS: C from a zero state
+  if (mtile) cons.init_identity(v0 - V);
   const int64_t ostride = static_cast<int64_t>(HV) * V;
-  T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + v0;
+  T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + (mtile ? 0 : v0);
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);  // stage ci's copies landed
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
     cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride,
-               min(kC, si.len - ci * kC));
+               min(kC, si.len - ci * kC), mtile);
     Bar::arrive(&sm.empty[ci % STAGES]);  // every read of stage ci (wgmmas and loads) is done
   }
-  cons.store(p, n, hv, v0);
+  if constexpr (TRANS) cons.store_trans(p, n, hv, v0);
+  else if (last) cons.store(p, si.seq, hv, v0);
 #endif
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES>
+template <class T, bool DELTA, bool RAW, int STAGES, bool TRANS>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
-  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES>;
+  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, TRANS>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
   constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.V / kVT, p.HV, p.N);
+  dim3 grid((TRANS ? p.V + kK : p.V) / kVT, p.HV, p.N);
   kernel<<<grid, 2 * kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }
 
-// The instantiations of one 16-bit type (one translation unit each: chunk_recurrence_wgmma_{bf16,fp16}.cu).
+// The instantiations of one 16-bit type (one translation unit each: chunk_recurrence_wgmma_{bf16,fp16}.cu):
+// the delta rule with three stages, without it two (launch_recurrence_wgmma says why); TRANS when
+// p.trans is set.
 template <class T>
-cudaError_t launch_type(const StateParams& p, int stages, cudaStream_t s) {
-  const bool raw = p.q_raw != nullptr;
+cudaError_t launch_type(const StateParams& p, cudaStream_t s) {
+  const bool raw = p.q_raw != nullptr, trans = p.trans != nullptr;
   if (p.delta) {
-    if (stages == 3) return raw ? launch<T, true, true, 3>(p, s) : launch<T, true, false, 3>(p, s);
-    return raw ? launch<T, true, true, 2>(p, s) : launch<T, true, false, 2>(p, s);
+    if (trans) return raw ? launch<T, true, true, 3, true>(p, s) : launch<T, true, false, 3, true>(p, s);
+    return raw ? launch<T, true, true, 3, false>(p, s) : launch<T, true, false, 3, false>(p, s);
   }
-  if (stages == 3) return raw ? launch<T, false, true, 3>(p, s) : launch<T, false, false, 3>(p, s);
-  return raw ? launch<T, false, true, 2>(p, s) : launch<T, false, false, 2>(p, s);
+  if (trans) return raw ? launch<T, false, true, 2, true>(p, s) : launch<T, false, false, 2, true>(p, s);
+  return raw ? launch<T, false, true, 2, false>(p, s) : launch<T, false, false, 2, false>(p, s);
 }
 
 }  // namespace wgmma_recurrence

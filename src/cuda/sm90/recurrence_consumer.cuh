@@ -35,7 +35,9 @@ struct alignas(1024) RecurrenceStage {
 
 // The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
 // warpgroup (tid: the index within it).
-template <class T, bool DELTA, bool RAW>
+// TRANS (the sequence-split pass's first kernel, docs/sequence_split.md): the state update
+// alone, no O (Qg S, Aqk V_new and the O stores dropped).
+template <class T, bool DELTA, bool RAW, bool TRANS = false>
 struct RecurrenceConsumer {
   using A = Atoms<T>;
   using E = typename A::E;
@@ -56,8 +58,9 @@ struct RecurrenceConsumer {
   __device__ int row_of(int i) const { return acc_row(warp, g, i); }
   __device__ int col_of(int i) const { return acc_col(t, i); }
 
-  // Sᵀ from h0 (or zero), for value columns v0..v0+63 of head hv of sequence n.
-  __device__ __forceinline__ void init(const StateParams& p, int n, int hv, int v0, int tid_) {
+  // Sᵀ from h0 (zero without it or with read_h0 false), for value columns v0..v0+63 of head hv of
+  // map entry n.
+  __device__ __forceinline__ void init(const StateParams& p, int n, int hv, int v0, int tid_, bool read_h0 = true) {
     tid = tid_;
     warp = tid >> 5;
     g = (tid & 31) >> 2;
@@ -68,23 +71,38 @@ struct RecurrenceConsumer {
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
     for (int i = 0; i < size(S); ++i)
-      S(i) = p.h0 ? load_state(p.h0, p.h0_dt, base + state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
+      S(i) = read_h0 && p.h0 ? load_state(p.h0, p.h0_dt, base + state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
+  }
+  // A transition tile (the sequence-split pass's M): Sᵀ = rows j0..j0+63 of the identity, so that
+  // the pass carries columns j0.. of M with S_end = M S_start + C.
+  __device__ __forceinline__ void init_identity(int j0) {
+#pragma unroll
+    for (int i = 0; i < size(S); ++i) S(i) = col_of(i) == j0 + row_of(i) ? 1.f : 0.f;
   }
   __device__ static int64_t state_index(const StateParams& p, int ch, int vv) {
     return p.v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * p.V + vv;
   }
-  // The final state.
+  // The final state of sequence n.
   __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
     if (!p.ht) return;
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
     for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + state_index(p, col_of(i), v0 + row_of(i)), S(i));
   }
+  // The sequence-split pass: the end state of map entry n into columns col0.. of its transition
+  // [K][V + K] (StateParams::trans).
+  __device__ __forceinline__ void store_trans(const StateParams& p, int n, int hv, int col0) {
+    const int W = p.V + kK;
+    float* base = p.trans + (static_cast<int64_t>(n) * p.HV + hv) * kK * W + col0;
+#pragma unroll
+    for (int i = 0; i < size(S); ++i) base[static_cast<int64_t>(col_of(i)) * W + row_of(i)] = S(i);
+  }
 
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
   // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride). The stage's
-  // last read is complete when this returns (its wgmmas waited).
-  __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc) {
+  // last read is complete when this returns (its wgmmas waited). zero_u: U taken as 0 (a
+  // transition tile; st.u is not read).
+  __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false) {
     auto thr64 = mma64.get_thread_slice(tid);
     auto thrS = mmaS.get_thread_slice(tid);
     E* sq = const_cast<E*>(st.q);
@@ -115,10 +133,12 @@ struct RecurrenceConsumer {
       wg_gemm<true>(mma64, Sa, tW, P);
       warpgroup_commit_batch();
     }
-    wg_gemm<true>(mma64, Sa, tQ, Oi);
-    warpgroup_commit_batch();
+    if constexpr (!TRANS) {
+      wg_gemm<true>(mma64, Sa, tQ, Oi);
+      warpgroup_commit_batch();
+    }
     if constexpr (DELTA) {
-      warpgroup_wait<1>();  // W S (Qg S may still run)
+      warpgroup_wait<TRANS ? 0 : 1>();  // W S (Qg S may still run)
       fence_regs(P);
     }
     // V_newᵀ (V column, token) = Uᵀ - (S Wᵀ)ᵀ, in the accumulators' order; its 16-bit form for
@@ -129,7 +149,7 @@ struct RecurrenceConsumer {
 #pragma unroll
     for (int i = 0; i < size(P); ++i) {
       const int tok = col_of(i);
-      float vn = to_f(Ub[(i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1)]);
+      float vn = zero_u ? 0.f : to_f(Ub[(i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1)]);
       if constexpr (DELTA) vn -= P(i);
       Va(i) = E(vn);
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
@@ -141,6 +161,11 @@ struct RecurrenceConsumer {
     warpgroup_arrive();
     wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
     warpgroup_commit_batch();
+    if constexpr (TRANS) {
+      warpgroup_wait<0>();
+      fence_regs(S);
+      return;
+    }
     warpgroup_wait<1>();  // Qg S (groups complete in order)
     fence_regs(Oi);
     if constexpr (RAW) {  // raw q rows: Qg's row factor on Qg S, before Aqk V_new joins it

@@ -49,7 +49,7 @@ struct WsLayout {
     rowfac = o; o = align_up(o + (rows ? nb * 2 * kC * 4 : 0));
     const std::size_t sh = static_cast<std::size_t>(segments) * p.HV * p.K * 4;  // float32 per (segment, head) row
     segs = o; o = align_up(o + sizeof(kern::SeqInfo) * segments);
-    trans = o; o = align_up(o + sh * (p.V + p.K));
+    trans = o; o = align_up(o + sh * (p.V + (p.delta ? p.K : 0)));
     hseg = o; o = align_up(o + sh * p.V);
     total = o;
   }
@@ -68,6 +68,7 @@ cudaError_t launch_split_state(const Problem& p, const WsLayout& lay, unsigned c
   cp.M = static_cast<int>(lay.segments);
   cp.N = static_cast<int>(p.N);
   cp.trans = reinterpret_cast<float*>(base + lay.trans);
+  cp.gexp = p.delta ? nullptr : sp.gexp;  // without the delta rule the transitions are diagonal
   cp.h0 = sp.h0;
   cp.h0_dt = sp.h0_dt;
   cp.hseg = hseg;
@@ -80,8 +81,7 @@ cudaError_t launch_split_state(const Problem& p, const WsLayout& lay, unsigned c
   {
     kern::StateParams ta = sp;
     ta.trans = reinterpret_cast<float*>(base + lay.trans);
-    ta.h0 = nullptr;
-    ta.ht = nullptr;
+    ta.ht = nullptr;  // (h0: the sequences' own, read by their first segments)
     cudaError_t e = kern::launch_recurrence_wgmma(dt, ta, st);
     if (e != cudaSuccess) return e;
   }

@@ -128,19 +128,23 @@ struct StateParams {
   // of V) and the workspace holds none (config::reads_v_rows). Null: U.
   const void* v_raw = nullptr;
   // The sequence-split pass's first kernel (wgmma pass only; docs/sequence_split.md): seqs is the
-  // segment map (N entries), and every entry but a sequence's last writes its transition
-  // S_end = M S_start + C here, float32 [N][HV][K][V + K] (C in columns [0, V), M in [V, V + K));
-  // o is not written. Null: the pass proper (O, the final state of each sequence's last entry).
+  // segment map (N entries), h0 the caller's (per sequence), and every entry but a sequence's last
+  // writes its transition S_end = M S_start + C here, float32 [N][HV][K][V + K] (C in columns
+  // [0, V), M in [V, V + K); a first segment's C starts from h0 and its M is not formed; without
+  // the delta rule [N][HV][K][V], C alone). o is not written. Null: the pass proper (O, the final
+  // state of each sequence's last entry).
   float* trans = nullptr;
 };
 
 // The sequence-split pass's combine (segment_combine.cu): per (sequence, value head), in order over
-// its segments e, the start states hseg[e] = M_{e-1} hseg[e-1] + C_{e-1}, hseg[first] = h0 (or 0):
+// its segments e, the start states hseg[e + 1] = M_e hseg[e] + C_e, with hseg[first] = h0 (or 0)
+// and hseg[first + 1] = C_first; without the delta rule M_e = diag(Π exp(γ_C)) over e's chunks:
 // float32 [entries][HV] states in the layout v_first names, read back as the pass's h0.
 struct CombineParams {
   const SeqInfo* segs;  // the segment map [M]
   int M, N;             // entries, sequences
   const float* trans;   // StateParams::trans
+  const float* gexp;    // without the delta rule: exp(γ_C) per (chunk, hv) [K]; null with it
   const void* h0;       // the caller's initial states [N][HV] or null
   int h0_dt;
   float* hseg;          // out [M][HV][K][V] (or [V][K])

@@ -36,26 +36,35 @@ __global__ void __launch_bounds__(kThreads) segment_combine_kernel(const Combine
     for (int i = 0; i < kPerThread; ++i)
       acc[i] = p.h0 ? load_any(p.h0, p.h0_dt, b + state_off(p, ch, c0 + cc + i)) : 0.f;
   }
-  const int W = p.V + kK;  // a transition's row: C's V columns, then M's K
+  const int W = p.V + (p.gexp ? 0 : kK);  // a transition's row: C's V columns, then M's K
   for (int e = lo; e < p.M && p.segs[e].seq == n; ++e) {
-    if (e > lo) {  // acc = M_{e-1} S + C_{e-1}
+    if (e > lo) {  // acc = M_{e-1} S + C_{e-1}; the first segment's C started from h0 (M not formed)
       const float* row = p.trans + ((static_cast<int64_t>(e - 1) * p.HV + hv) * kK + ch) * W;
+      float m = 0.f;  // without the delta rule: M_{e-1}'s diagonal element of this channel
+      if (p.gexp && e - 1 > lo) {
+        const SeqInfo sp = p.segs[e - 1];
+        m = 1.f;
+        for (int c = 0; c < (sp.len + 63) / 64; ++c)
+          m *= p.gexp[(static_cast<int64_t>(sp.chunk0 + c) * p.HV + hv) * kK + ch];
+      }
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) acc[i] = row[c0 + cc + i];
-      const float4* m4 = reinterpret_cast<const float4*>(row + p.V);
-      for (int j4 = 0; j4 < kK / 4; ++j4) {
-        const float4 m = m4[j4];
-        const float mj[4] = {m.x, m.y, m.z, m.w};
+      for (int i = 0; i < kPerThread; ++i) acc[i] = row[c0 + cc + i] + m * acc[i];
+      if (!p.gexp && e - 1 > lo) {
+        const float4* m4 = reinterpret_cast<const float4*>(row + p.V);
+        for (int j4 = 0; j4 < kK / 4; ++j4) {
+          const float4 mv = m4[j4];
+          const float mj[4] = {mv.x, mv.y, mv.z, mv.w};
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float4* s4 = reinterpret_cast<const float4*>(&S[4 * j4 + u][cc]);
+          for (int u = 0; u < 4; ++u) {
+            const float4* s4 = reinterpret_cast<const float4*>(&S[4 * j4 + u][cc]);
 #pragma unroll
-          for (int i = 0; i < kPerThread / 4; ++i) {
-            const float4 x = s4[i];
-            acc[4 * i] = fmaf(mj[u], x.x, acc[4 * i]);
-            acc[4 * i + 1] = fmaf(mj[u], x.y, acc[4 * i + 1]);
-            acc[4 * i + 2] = fmaf(mj[u], x.z, acc[4 * i + 2]);
-            acc[4 * i + 3] = fmaf(mj[u], x.w, acc[4 * i + 3]);
+            for (int i = 0; i < kPerThread / 4; ++i) {
+              const float4 x = s4[i];
+              acc[4 * i] = fmaf(mj[u], x.x, acc[4 * i]);
+              acc[4 * i + 1] = fmaf(mj[u], x.y, acc[4 * i + 1]);
+              acc[4 * i + 2] = fmaf(mj[u], x.z, acc[4 * i + 2]);
+              acc[4 * i + 3] = fmaf(mj[u], x.w, acc[4 * i + 3]);
+            }
           }
         }
       }

@@ -54,8 +54,9 @@ int seq_split_chunks(int dtype, int K, int V, int HV, int64_t N, int64_t nch, in
   // A model of the pass's time in chunk steps of one CTA, with every sequence as long as the
   // longest: CTAs run in waves of one an SM (the pass's registers allow no more); the transition
   // kernel runs V/64 + K/64 tiles of every segment but the last at ~0.7 of a chunk step (no O
-  // products), the pass proper V/64 tiles of every segment; the combine costs ~2 chunk steps a
-  // segment, the two extra launches ~3.
+  // products; fewer without the delta rule and in a first segment, not modelled), the pass proper
+  // V/64 tiles of every segment; the combine costs ~2 chunk steps a segment, the two extra
+  // launches ~3.
   constexpr int64_t kMinSegChunks = 8;  // shorter segments: launches and combine dominate
   constexpr int kMaxSegments = 8;
   constexpr double kTransStep = 0.7, kCombineSteps = 2, kLaunchSteps = 3;

@@ -39,9 +39,11 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 
 // One CTA per (map entry n, value head, V tile). The map is the sequence map, or the sequence-split
 // pass's segments (docs/sequence_split.md): the initial state is read for entry n, the final
-// state written for its sequence by the sequence's last entry. TRANS (that pass's first kernel):
-// tiles 0 .. V/64 - 1 carry C (from a zero state), tiles V/64 .. (V + K)/64 - 1 carry M (from the
-// identity, U = 0), for every entry but a sequence's last; the end states go to p.trans, no O.
+// state written for its sequence by the sequence's last entry. TRANS (that pass's first kernel),
+// for every entry but a sequence's last: tiles 0 .. V/64 - 1 carry C (from h0 of the sequence in
+// its first segment, else from zero); with the delta rule tiles V/64 .. (V + K)/64 - 1 carry M
+// (from the identity, U = 0; not in a first segment, whose start state is known). The end states
+// go to p.trans, no O. (Without the delta rule M is diagonal: the combine forms it from exp(γ_C).)
 template <class T, bool DELTA, bool RAW, int STAGES, bool TRANS>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -55,8 +57,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
   const SeqInfo si = p.seqs[n];
   const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
-  if (TRANS && last) return;  // (whole CTA) a sequence's end needs no transition
+  const bool first = n == 0 || p.seqs[n - 1].seq != si.seq;      // the entry that starts it
   const bool mtile = TRANS && v0 >= V;  // a transition tile: U = 0, nothing of U or V read
+  if (TRANS && (last || (mtile && first))) return;  // (whole CTA) transitions nobody needs
   const int nch = (si.len + kC - 1) / kC;
   const int hk = hv / p.G;
   using Bar = cutlass::arch::ClusterBarrier;
@@ -113,7 +116,8 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   }
 
   Consumer cons;
-  cons.init(p, n, hv, v0, tid, /*read_h0=*/!TRANS);  // TRANS: C from a zero state
+  // TRANS: h0 of the sequence in its first segment (C is then the start of the next), else zero
+  cons.init(p, TRANS ? si.seq : n, hv, v0, tid, /*read_h0=*/!TRANS || first);
   if (mtile) cons.init_identity(v0 - V);
   const int64_t ostride = static_cast<int64_t>(HV) * V;
   T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + (mtile ? 0 : v0);
@@ -136,7 +140,7 @@ cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid((TRANS ? p.V + kK : p.V) / kVT, p.HV, p.N);
+  dim3 grid((TRANS && DELTA ? p.V + kK : p.V) / kVT, p.HV, p.N);
   kernel<<<grid, 2 * kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }

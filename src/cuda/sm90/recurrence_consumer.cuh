@@ -90,9 +90,9 @@ struct RecurrenceConsumer {
     for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + state_index(p, col_of(i), v0 + row_of(i)), S(i));
   }
   // The sequence-split pass: the end state of map entry n into columns col0.. of its transition
-  // [K][V + K] (StateParams::trans).
+  // [K][V + K] ([K][V] without the delta rule; StateParams::trans).
   __device__ __forceinline__ void store_trans(const StateParams& p, int n, int hv, int col0) {
-    const int W = p.V + kK;
+    const int W = p.V + (DELTA ? kK : 0);
     float* base = p.trans + (static_cast<int64_t>(n) * p.HV + hv) * kK * W + col0;
 #pragma unroll
     for (int i = 0; i < size(S); ++i) base[static_cast<int64_t>(col_of(i)) * W + row_of(i)] = S(i);

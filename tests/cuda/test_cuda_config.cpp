@@ -113,27 +113,30 @@ TEST(CudaConfig, SequenceSplit) {
   const int sms = 132;
   const bool hopper = linattn::cuda::kern::recurrence_wgmma_supported(1, 128, 128);
   // the reference shape (B = 2, HV = 32: 128 CTAs of 64 columns) and B = 1, HV = 64: no split
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 32, 2, 128, sms), 0);
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 64, 1, 256, sms), 0);
-  // few chains (B = 1, T = 16384, H = 16): three segments of 86 chunks on a Hopper GPU
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 16, 1, 256, sms), hopper ? 86 : 0);
-  EXPECT_EQ(cfg::seq_split_chunks(0, 128, 128, 16, 1, 256, sms), hopper ? 86 : 0);  // fp16 alike
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 32, true, 2, 128, sms), 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 64, true, 1, 256, sms), 0);
+  // few chains (B = 1, T = 16384, H = 16) on a Hopper GPU: three segments of 86 chunks with the
+  // delta rule, four of 64 without (no M tiles); fp16 alike
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 16, true, 1, 256, sms), hopper ? 86 : 0);
+  EXPECT_EQ(cfg::seq_split_chunks(0, 128, 128, 16, true, 1, 256, sms), hopper ? 86 : 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 16, false, 1, 256, sms), hopper ? 64 : 0);
   // B = 1, T = 32768, H = 32: two segments
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 32, 1, 512, sms), hopper ? 256 : 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 32, true, 1, 512, sms), hopper ? 256 : 0);
   // short sequences: the launches and the combine outweigh the gain
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 1, 1, 16, sms), 0);
-  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 1, 1, 64, sms), hopper ? 8 : 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 1, true, 1, 16, sms), 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 128, 128, 1, true, 1, 64, sms), hopper ? 8 : 0);
   // not the wgmma pass: K = 64, float32
-  EXPECT_EQ(cfg::seq_split_chunks(1, 64, 128, 16, 1, 256, sms), 0);
-  EXPECT_EQ(cfg::seq_split_chunks(2, 128, 128, 16, 1, 256, sms), 0);
+  EXPECT_EQ(cfg::seq_split_chunks(1, 64, 128, 16, true, 1, 256, sms), 0);
+  EXPECT_EQ(cfg::seq_split_chunks(2, 128, 128, 16, true, 1, 256, sms), 0);
   for (int64_t nch : {16, 40, 100, 1000, 5000})
-    for (int hv : {1, 2, 4, 8, 16, 32}) {
-      const int seg = cfg::seq_split_chunks(1, 128, 128, hv, 1, nch, sms);
-      if (seg == 0) continue;
-      EXPECT_GE(seg, 8);
-      EXPECT_LT(seg, nch);
-      EXPECT_LE((nch + seg - 1) / seg, 8);
-    }
+    for (int hv : {1, 2, 4, 8, 16, 32})
+      for (bool delta : {true, false}) {
+        const int seg = cfg::seq_split_chunks(1, 128, 128, hv, delta, 1, nch, sms);
+        if (seg == 0) continue;
+        EXPECT_GE(seg, 8);
+        EXPECT_LT(seg, nch);
+        EXPECT_LE((nch + seg - 1) / seg, 8);
+      }
 }
 
 TEST(CudaConfig, RawRowsAndPrepSmem) {

@@ -579,7 +579,7 @@ TEST(CudaForward, SmallSequenceSplit) {
       for (Case c : cases) {
         c.dt = dt;
         if (hopper && !c.varlen())
-          EXPECT_GT(cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), c.B,
+          EXPECT_GT(cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), delta, c.B,
                                                    (c.T + 63) / 64, cuda::config::sm_count(0)),
                     0)
               << c.name();

@@ -45,23 +45,24 @@ int seq_split_chunks(const detail::Problem& p, int sms) {
   int64_t nch = 0;  // the longest sequence's chunks
   for (int64_t n = 0; n < p.N; ++n) nch = std::max(nch, (p.seq_len(n) + kChunk - 1) / kChunk);
   if (p.has_saved) return 0;  // (disable_recompute's forward runs the backward's front half)
-  return seq_split_chunks(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V), static_cast<int>(p.HV), p.N,
-                          nch, sms);
+  return seq_split_chunks(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V), static_cast<int>(p.HV), p.delta,
+                          p.N, nch, sms);
 }
 
-int seq_split_chunks(int dtype, int K, int V, int HV, int64_t N, int64_t nch, int sms) {
+int seq_split_chunks(int dtype, int K, int V, int HV, bool delta, int64_t N, int64_t nch, int sms) {
   if (N <= 0 || sms <= 0 || !kern::recurrence_wgmma_supported(dtype, K, V)) return 0;
   // A model of the pass's time in chunk steps of one CTA, with every sequence as long as the
-  // longest: CTAs run in waves of one an SM (the pass's registers allow no more); the transition
-  // kernel runs V/64 + K/64 tiles of every segment but the last at ~0.7 of a chunk step (no O
-  // products; fewer without the delta rule and in a first segment, not modelled), the pass proper
-  // V/64 tiles of every segment; the combine costs ~2 chunk steps a segment, the two extra
-  // launches ~3.
+  // longest: CTAs run in waves of one an SM (the pass's registers allow no more). The transition
+  // kernel runs at ~0.7 of a chunk step (no O products) over V/64 tiles of every segment but the
+  // last, plus (delta rule) K/64 tiles of M in every segment but the first and the last; the pass
+  // proper V/64 tiles of every segment; the combine costs ~2 chunk steps a segment, the two extra
+  // launches ~3. Checked against forced segment counts (H200, B=1 T=16384 H=16,
+  // bench/NOTES_cuda_forward.md v20): it picks the measured best, 3 with the delta rule, 4 without.
   constexpr int64_t kMinSegChunks = 8;  // shorter segments: launches and combine dominate
   constexpr int kMaxSegments = 8;
   constexpr double kTransStep = 0.7, kCombineSteps = 2, kLaunchSteps = 3;
   const int64_t chains = N * HV;
-  const int64_t tiles = V / 64, trans_tiles = (V + K) / 64;
+  const int64_t tiles = V / 64, m_tiles = delta ? K / 64 : 0;
   auto waves = [&](int64_t ctas) { return static_cast<double>((ctas + sms - 1) / sms); };
   double best = static_cast<double>(nch) * waves(chains * tiles);
   int64_t best_seg = 0;
@@ -69,8 +70,8 @@ int seq_split_chunks(int dtype, int K, int V, int HV, int64_t N, int64_t nch, in
     const int64_t seg = (nch + P - 1) / P;
     if (seg < kMinSegChunks) break;
     const int64_t parts = (nch + seg - 1) / seg;
-    const double t = static_cast<double>(seg) * (kTransStep * waves(chains * trans_tiles * (parts - 1)) +
-                                                 waves(chains * tiles * parts)) +
+    const int64_t trans_ctas = chains * (tiles * (parts - 1) + m_tiles * (parts - 2));
+    const double t = static_cast<double>(seg) * (kTransStep * waves(trans_ctas) + waves(chains * tiles * parts)) +
                      kCombineSteps * static_cast<double>(parts - 1) + kLaunchSteps;
     if (t < best) {
       best = t;

@@ -50,8 +50,8 @@ FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool raw_r
 // split. Only the wgmma pass (16-bit, K = 128, sm_90a) splits. A pure function of the problem and
 // the SM count: the same call on the same GPU model always splits the same way.
 int seq_split_chunks(const detail::Problem& p, int sms);
-// The same from the shape: N sequences, the longest of max_chunks chunks.
-int seq_split_chunks(int dtype, int K, int V, int HV, int64_t N, int64_t max_chunks, int sms);
+// The same from the shape: N sequences, the longest of max_chunks chunks; delta: the delta rule.
+int seq_split_chunks(int dtype, int K, int V, int HV, bool delta, int64_t N, int64_t max_chunks, int sms);
 
 // ---- backward
 

@@ -545,48 +545,63 @@ TEST(CudaForward, SmallHopperPassEveryOption) {
 
 // The sequence-split pass (docs/sequence_split.md): few chains and long sequences, where
 // config::seq_split_chunks cuts each sequence into segments (asserted on a GPU that runs the wgmma
-// pass), for every family: an initial and a final state, GVA, V = 256 with state_v_first, the
+// pass), for each family: an initial and a final state, GVA, V = 256 with state_v_first, the
 // in-kernel and the very negative gates, a varlen layout with empty and short sequences beside
-// long ones, fp16 and bf16, and bitwise repeatability.
-TEST(CudaForward, SmallSequenceSplit) {
-  SKIP_WITHOUT_GPU();
+// long ones, fp16 and bf16, and bitwise repeatability. One test a family, so that racecheck can
+// take one at a time.
+void check_sequence_split(Family fam) {
   const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
-  for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
-    const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-    Case base = delta ? option_cases(fam).front() : no_delta_cases(fam).front();
-    base.B = 1;
-    base.T = 64 * 41 + 17;
-    base.H = 1;
-    base.HV = 2;  // GVA
-    base.K = 128;
-    base.V = 128;
-    base.h0 = true;
-    base.final_state = true;
-    base.inter = false;  // h: the mma.sync pass
-    base.g_gamma = fam == Family::kSimpleGLA;
-    std::vector<Case> cases = {base};
-    { Case c = base; c.V = 256; c.HV = 1; c.v_first = true; cases.push_back(c); }
-    { Case c = base; c.gate = Gate::kVeryNegative; cases.push_back(c); }
-    if (delta) { Case c = base; c.gate = Gate::kSoftplus; c.beta_sigmoid = true; cases.push_back(c); }
-    if (fam == Family::kKDA) { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; cases.push_back(c); }
-    {  // varlen: 30-, 11- and 36-chunk sequences split, the rest whole (empty ones included)
-      Case c = base;
-      c.cu = {0, 0, 5, 1925, 1925, 2625, 2625 + 64 * 36, 2625 + 64 * 36 + 63};
-      c.T = c.cu.back();
-      cases.push_back(c);
-    }
-    for (DType dt : {DType::kBFloat16, DType::kFloat16})
-      for (Case c : cases) {
-        c.dt = dt;
-        if (hopper && !c.varlen())
-          EXPECT_GT(cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), delta, c.B,
-                                                   (c.T + 63) / 64, cuda::config::sm_count(0)),
-                    0)
-              << c.name();
-        check_case(c);
-      }
-    expect_repeatable(base);
+  const bool delta = fam == Family::kKDA || fam == Family::kGDN;
+  Case base = delta ? option_cases(fam).front() : no_delta_cases(fam).front();
+  base.B = 1;
+  base.T = 64 * 41 + 17;
+  base.H = 1;
+  base.HV = 2;  // GVA
+  base.K = 128;
+  base.V = 128;
+  base.h0 = true;
+  base.final_state = true;
+  base.inter = false;  // h: the mma.sync pass
+  base.g_gamma = fam == Family::kSimpleGLA;
+  std::vector<Case> cases = {base};
+  { Case c = base; c.V = 256; c.HV = 1; c.v_first = true; cases.push_back(c); }
+  { Case c = base; c.gate = Gate::kVeryNegative; cases.push_back(c); }
+  if (delta) { Case c = base; c.gate = Gate::kSoftplus; c.beta_sigmoid = true; cases.push_back(c); }
+  if (fam == Family::kKDA) { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; cases.push_back(c); }
+  {  // varlen: the 30- and 36-chunk sequences split, the rest whole (empty ones included)
+    Case c = base;
+    c.cu = {0, 0, 5, 1925, 1925, 2625, 2625 + 64 * 36, 2625 + 64 * 36 + 63};
+    c.T = c.cu.back();
+    cases.push_back(c);
   }
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (Case c : cases) {
+      c.dt = dt;
+      if (hopper && !c.varlen())
+        EXPECT_GT(cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), delta, c.B,
+                                                 (c.T + 63) / 64, cuda::config::sm_count(0)),
+                  0)
+            << c.name();
+      check_case(c);
+    }
+  expect_repeatable(base);
+}
+
+TEST(CudaForward, SmallSequenceSplitKda) {
+  SKIP_WITHOUT_GPU();
+  check_sequence_split(Family::kKDA);
+}
+TEST(CudaForward, SmallSequenceSplitGdn) {
+  SKIP_WITHOUT_GPU();
+  check_sequence_split(Family::kGDN);
+}
+TEST(CudaForward, SmallSequenceSplitGla) {
+  SKIP_WITHOUT_GPU();
+  check_sequence_split(Family::kGLA);
+}
+TEST(CudaForward, SmallSequenceSplitSimpleGla) {
+  SKIP_WITHOUT_GPU();
+  check_sequence_split(Family::kSimpleGLA);
 }
 
 }  // namespace

@@ -276,11 +276,15 @@ def _summary(w, gpu):
     w("")
     w("| operator | direction | FLA/ours (geomean) | range | ours worst vs fp64 | ours ran | FLA ran |")
     w("| --- | --- | ---: | --- | --- | ---: | ---: |")
-    seen = []
+    variants, seen = [], []
     for r in gpu:
+        if r["variant"] not in variants:
+            variants.append(r["variant"])
         k = (r["variant"], r["direction"])
         if k not in seen:
             seen.append(k)
+    # an operator's rows together, forward first, whatever order merged runs added them in
+    seen.sort(key=lambda k: (variants.index(k[0]), k[1] != "fwd"))
     for vkey, d in seen:
         rs = [r for r in gpu if r["variant"] == vkey and r["direction"] == d]
         sps = [r["speedup_fla_over_ours"] for r in rs if r.get("speedup_fla_over_ours")]

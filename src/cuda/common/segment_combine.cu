@@ -42,43 +42,28 @@ __global__ void __launch_bounds__(kThreads) segment_combine_kernel(const Combine
       const float* row = p.trans + ((static_cast<int64_t>(e - 1) * p.HV + hv) * kK + ch) * W;
       float m = 0.f;  // without the delta rule: M_{e-1}'s diagonal element of this channel
       if (p.gexp && e - 1 > lo) {
-        // eight independent loads in flight at a time (a serial chain of L2 misses took ~20 µs)
         const SeqInfo sp = p.segs[e - 1];
-        const float* gx = p.gexp + (static_cast<int64_t>(sp.chunk0) * p.HV + hv) * kK + ch;
-        const int64_t step = static_cast<int64_t>(p.HV) * kK;
-        const int nch = (sp.len + 63) / 64;
-        float part[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
-        int c = 0;
-        for (; c + 8 <= nch; c += 8) {
-#pragma unroll
-          for (int u = 0; u < 8; ++u) part[u] *= gx[(c + u) * step];
-        }
-        for (; c < nch; ++c) part[0] *= gx[c * step];
-        m = ((part[0] * part[1]) * (part[2] * part[3])) * ((part[4] * part[5]) * (part[6] * part[7]));
+        m = 1.f;
+        for (int c = 0; c < (sp.len + 63) / 64; ++c)
+          m *= p.gexp[(static_cast<int64_t>(sp.chunk0 + c) * p.HV + hv) * kK + ch];
       }
 #pragma unroll
       for (int i = 0; i < kPerThread; ++i) acc[i] = row[c0 + cc + i] + m * acc[i];
       if (!p.gexp && e - 1 > lo) {
-        // M's row in batches of eight float4 loads in flight (one load a step waited ~0.5 µs each)
         const float4* m4 = reinterpret_cast<const float4*>(row + p.V);
-        for (int b = 0; b < kK / 4; b += 8) {
-          float4 mb[8];
+        for (int j4 = 0; j4 < kK / 4; ++j4) {
+          const float4 mv = m4[j4];
+          const float mj[4] = {mv.x, mv.y, mv.z, mv.w};
 #pragma unroll
-          for (int u = 0; u < 8; ++u) mb[u] = m4[b + u];
+          for (int u = 0; u < 4; ++u) {
+            const float4* s4 = reinterpret_cast<const float4*>(&S[4 * j4 + u][cc]);
 #pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const float mj[4] = {mb[u].x, mb[u].y, mb[u].z, mb[u].w};
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const float4* s4 = reinterpret_cast<const float4*>(&S[4 * (b + u) + r][cc]);
-#pragma unroll
-              for (int i = 0; i < kPerThread / 4; ++i) {
-                const float4 x = s4[i];
-                acc[4 * i] = fmaf(mj[r], x.x, acc[4 * i]);
-                acc[4 * i + 1] = fmaf(mj[r], x.y, acc[4 * i + 1]);
-                acc[4 * i + 2] = fmaf(mj[r], x.z, acc[4 * i + 2]);
-                acc[4 * i + 3] = fmaf(mj[r], x.w, acc[4 * i + 3]);
-              }
+            for (int i = 0; i < kPerThread / 4; ++i) {
+              const float4 x = s4[i];
+              acc[4 * i] = fmaf(mj[u], x.x, acc[4 * i]);
+              acc[4 * i + 1] = fmaf(mj[u], x.y, acc[4 * i + 1]);
+              acc[4 * i + 2] = fmaf(mj[u], x.z, acc[4 * i + 2]);
+              acc[4 * i + 3] = fmaf(mj[u], x.w, acc[4 * i + 3]);
             }
           }
         }

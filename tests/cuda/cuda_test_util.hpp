@@ -114,6 +114,85 @@ inline Case no_delta_case(Family fam) {
   return c;
 }
 
+// ---- the case lists the forward and backward tests share
+
+// Every dtype the CUDA backend takes.
+inline constexpr DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+
+// Which test runs a case: the forward checks o and the states, the backward every gradient.
+enum class Pass { kForward, kBackward };
+
+// The state outputs a case asks for: forward, the final state (with_h: and the chunk states h);
+// backward, the final state's gradient dht.
+inline void ask_state(Case& c, Pass pass, bool with_h = false) {
+  if (pass == Pass::kForward) {
+    c.final_state = true;
+    c.inter = with_h;
+  } else {
+    c.dht = true;
+  }
+}
+
+// Every option of a delta-rule family (KDA, GDN) on the small shape (T = 130), one case each; the
+// base case (every option off) first.
+inline std::vector<Case> option_cases(Family fam, Pass pass) {
+  std::vector<Case> v;
+  Case base;
+  base.fam = fam;
+  base.T = 130;
+  v.push_back(base);
+  { Case c = base; c.l2norm = false; v.push_back(c); }
+  { Case c = base; c.beta_sigmoid = true; v.push_back(c); }
+  { Case c = base; c.beta_sigmoid = true; c.neg_eigval = true; v.push_back(c); }
+  { Case c = base; c.gate = Gate::kSoftplus; v.push_back(c); }
+  { Case c = base; c.gate = Gate::kSoftplus; c.dt_bias = false; v.push_back(c); }
+  { Case c = base; c.h0 = true; ask_state(c, pass, true); v.push_back(c); }
+  { Case c = base; c.h0 = true; ask_state(c, pass, true); c.v_first = true; v.push_back(c); }
+  { Case c = base; ask_state(c, pass); v.push_back(c); }
+  { Case c = base; c.H = 1; c.HV = 3; c.h0 = true; ask_state(c, pass); v.push_back(c); }  // GVA G = 3
+  { Case c = base; c.gate = Gate::kVeryNegative; ask_state(c, pass); v.push_back(c); }
+  { Case c = base; c.B = 2; c.T = 65; c.h0 = true; ask_state(c, pass, true); v.push_back(c); }
+  if (pass == Pass::kBackward) { Case c = base; c.all_outputs = false; c.h0 = true; v.push_back(c); }
+  if (fam == Family::kKDA) {
+    { Case c = base; c.gate = Gate::kLowerBound; v.push_back(c); }
+    { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; ask_state(c, pass); v.push_back(c); }
+    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.safe_gate = true; v.push_back(c); }
+    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.dt_bias = false; v.push_back(c); }
+    { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; ask_state(c, pass); v.push_back(c); }
+    { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; c.lower_bound = -1.f; v.push_back(c); }
+  }
+  return v;
+}
+
+// Every option of GLA and simple GLA (no β or in-kernel gate; simple GLA's gate modes: g and
+// g_gamma, g alone, g_gamma alone) on the small shape, the base case (an initial state and the
+// state output) first.
+inline std::vector<Case> no_delta_cases(Family fam, Pass pass) {
+  std::vector<Case> v;
+  Case base = no_delta_case(fam);
+  base.T = 130;
+  base.h0 = true;
+  ask_state(base, pass);
+  if (fam == Family::kSimpleGLA) base.g_gamma = true;  // g and g_gamma
+  v.push_back(base);
+  { Case c = base; c.l2norm = true; v.push_back(c); }
+  { Case c = base; c.scale = 0.3; c.h0 = false; v.push_back(c); }
+  { Case c = base; ask_state(c, pass, true); c.v_first = true; v.push_back(c); }
+  { Case c = base; c.final_state = false; c.dht = false; v.push_back(c); }  // no state output
+  { Case c = base; c.H = 1; c.HV = 3; v.push_back(c); }  // GVA G = 3
+  { Case c = base; c.gate = Gate::kVeryNegative; v.push_back(c); }
+  { Case c = base; c.B = 2; c.T = 65; ask_state(c, pass, true); v.push_back(c); }
+  { Case c = base; c.K = 128; c.V = 64; v.push_back(c); }  // K != V
+  { Case c = base; c.K = 64; c.V = 128; c.H = 1; c.HV = 2; ask_state(c, pass, true); v.push_back(c); }
+  if (pass == Pass::kBackward) { Case c = base; c.all_outputs = false; v.push_back(c); }
+  if (fam == Family::kSimpleGLA) {
+    { Case c = base; c.g_gamma = false; v.push_back(c); }  // g alone
+    { Case c = base; c.has_g = false; ask_state(c, pass, true); v.push_back(c); }  // g_gamma alone
+    { Case c = base; c.has_g = false; c.H = 1; c.HV = 2; c.final_state = false; c.dht = false; v.push_back(c); }
+  }
+  return v;
+}
+
 struct Inputs {
   HostTensor q, k, v, g, beta, A_log, dt_bias, h0, cu, d_o, dht, g_gamma;
   int64_t N = 0, NT = 0;  // sequences, chunks (NT_total)

@@ -137,40 +137,10 @@ void check_case(const Case& c, bool api = false, BwdPath path = BwdPath::kAuto) 
   }
 }
 
-const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
-
-std::vector<Case> option_cases(Family fam) {
-  std::vector<Case> v;
-  Case base;
-  base.fam = fam;
-  base.T = 130;
-  v.push_back(base);
-  { Case c = base; c.l2norm = false; v.push_back(c); }
-  { Case c = base; c.beta_sigmoid = true; v.push_back(c); }
-  { Case c = base; c.beta_sigmoid = true; c.neg_eigval = true; v.push_back(c); }
-  { Case c = base; c.gate = Gate::kSoftplus; v.push_back(c); }
-  { Case c = base; c.gate = Gate::kSoftplus; c.dt_bias = false; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.dht = true; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.dht = true; c.v_first = true; v.push_back(c); }
-  { Case c = base; c.dht = true; v.push_back(c); }
-  { Case c = base; c.H = 1; c.HV = 3; c.h0 = true; v.push_back(c); }  // GVA G = 3
-  { Case c = base; c.gate = Gate::kVeryNegative; c.dht = true; v.push_back(c); }
-  { Case c = base; c.B = 2; c.T = 65; c.h0 = true; c.dht = true; v.push_back(c); }
-  { Case c = base; c.all_outputs = false; c.h0 = true; v.push_back(c); }
-  if (fam == Family::kKDA) {
-    { Case c = base; c.gate = Gate::kLowerBound; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.safe_gate = true; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.dt_bias = false; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; v.push_back(c); }
-  }
-  return v;
-}
-
 TEST(CudaBackward, KdaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : option_cases(Family::kKDA)) {
+    for (Case c : option_cases(Family::kKDA, Pass::kBackward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -179,7 +149,7 @@ TEST(CudaBackward, KdaSmallOptions) {
 TEST(CudaBackward, GdnSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : option_cases(Family::kGDN)) {
+    for (Case c : option_cases(Family::kGDN, Pass::kBackward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -381,7 +351,7 @@ TEST(CudaBackward, SmallChunkedMatchesTokenReplay) {
 // The 16-bit cases of the chunked16 and split tests: every option, odd lengths with both states,
 // and the 15-sequence varlen layout (lower-bound gate for KDA).
 std::vector<Case> sixteen_bit_cases(Family fam, DType dt) {
-  std::vector<Case> v = option_cases(fam);
+  std::vector<Case> v = option_cases(fam, Pass::kBackward);
   for (Case& c : v) c.dt = dt;
   for (int64_t T : {1, 63, 65, 1500}) {
     Case c;
@@ -793,36 +763,11 @@ TEST(CudaBackward, SmallUnsupported) {
 // The delta-rule backward with the delta rule dropped (chunk_bwd.cuh): dv = dN, no M⁻¹, dM, dX or
 // dβ; every gradient against float64, with simple GLA's gate modes (g alone, g_gamma alone, both:
 // dg and dg_gamma).
-std::vector<Case> no_delta_cases(Family fam) {
-  std::vector<Case> v;
-  Case base = no_delta_case(fam);
-  base.T = 130;
-  base.h0 = true;
-  base.dht = true;
-  if (fam == Family::kSimpleGLA) base.g_gamma = true;
-  v.push_back(base);
-  { Case c = base; c.l2norm = true; v.push_back(c); }
-  { Case c = base; c.scale = 0.3; c.h0 = false; v.push_back(c); }
-  { Case c = base; c.v_first = true; v.push_back(c); }
-  { Case c = base; c.dht = false; v.push_back(c); }
-  { Case c = base; c.H = 1; c.HV = 3; v.push_back(c); }  // GVA G = 3
-  { Case c = base; c.gate = Gate::kVeryNegative; v.push_back(c); }
-  { Case c = base; c.B = 2; c.T = 65; v.push_back(c); }
-  { Case c = base; c.K = 128; c.V = 64; v.push_back(c); }  // K != V
-  { Case c = base; c.K = 64; c.V = 128; c.H = 1; c.HV = 2; v.push_back(c); }
-  { Case c = base; c.all_outputs = false; v.push_back(c); }
-  if (fam == Family::kSimpleGLA) {
-    { Case c = base; c.g_gamma = false; v.push_back(c); }                     // g alone
-    { Case c = base; c.has_g = false; v.push_back(c); }                       // g_gamma alone
-    { Case c = base; c.has_g = false; c.H = 1; c.HV = 2; c.dht = false; v.push_back(c); }
-  }
-  return v;
-}
 
 TEST(CudaBackward, GlaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : no_delta_cases(Family::kGLA)) {
+    for (Case c : no_delta_cases(Family::kGLA, Pass::kBackward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -831,7 +776,7 @@ TEST(CudaBackward, GlaSmallOptions) {
 TEST(CudaBackward, SimpleGlaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : no_delta_cases(Family::kSimpleGLA)) {
+    for (Case c : no_delta_cases(Family::kSimpleGLA, Pass::kBackward)) {
       c.dt = dt;
       check_case(c);
     }

@@ -112,42 +112,12 @@ void expect_repeatable(const Case& c) {
   EXPECT_EQ(a.h.bytes, b.h.bytes) << c.name();
 }
 
-const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
-
 // ------------------------------------------------------------------ option coverage (small)
-std::vector<Case> option_cases(Family fam) {
-  std::vector<Case> v;
-  Case base;
-  base.fam = fam;
-  base.T = 130;
-  base.H = 2;
-  base.HV = 2;
-  v.push_back(base);
-  { Case c = base; c.l2norm = false; v.push_back(c); }
-  { Case c = base; c.beta_sigmoid = true; v.push_back(c); }
-  { Case c = base; c.beta_sigmoid = true; c.neg_eigval = true; v.push_back(c); }
-  { Case c = base; c.gate = Gate::kSoftplus; v.push_back(c); }
-  { Case c = base; c.gate = Gate::kSoftplus; c.dt_bias = false; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.final_state = true; c.inter = true; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.final_state = true; c.inter = true; c.v_first = true; v.push_back(c); }
-  { Case c = base; c.H = 1; c.HV = 3; c.final_state = true; v.push_back(c); }  // GVA G = 3
-  { Case c = base; c.gate = Gate::kVeryNegative; c.final_state = true; v.push_back(c); }
-  { Case c = base; c.B = 2; c.T = 65; c.h0 = true; c.final_state = true; c.inter = true; v.push_back(c); }
-  if (fam == Family::kKDA) {
-    { Case c = base; c.gate = Gate::kLowerBound; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; c.final_state = true; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.safe_gate = true; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.dt_bias = false; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; c.final_state = true; v.push_back(c); }
-    { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; c.lower_bound = -1.f; v.push_back(c); }
-  }
-  return v;
-}
 
 TEST(CudaForward, KdaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : option_cases(Family::kKDA)) {
+    for (Case c : option_cases(Family::kKDA, Pass::kForward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -156,7 +126,7 @@ TEST(CudaForward, KdaSmallOptions) {
 TEST(CudaForward, GdnSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : option_cases(Family::kGDN)) {
+    for (Case c : option_cases(Family::kGDN, Pass::kForward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -378,34 +348,11 @@ TEST(CudaForward, SmallUnsupported) {
 // ------------------------------------------------------------------ GLA and simple GLA
 // The delta-rule forward with the delta rule dropped (chunk_fwd.hpp): every option these families
 // take (no beta, no in-kernel gate), simple GLA's gate modes (g alone, g_gamma alone, both).
-std::vector<Case> no_delta_cases(Family fam) {
-  std::vector<Case> v;
-  Case base = no_delta_case(fam);
-  base.T = 130;
-  base.final_state = true;
-  if (fam == Family::kSimpleGLA) base.g_gamma = true;  // g and g_gamma
-  v.push_back(base);
-  { Case c = base; c.l2norm = true; v.push_back(c); }
-  { Case c = base; c.scale = 0.3; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.inter = true; v.push_back(c); }
-  { Case c = base; c.h0 = true; c.inter = true; c.v_first = true; v.push_back(c); }
-  { Case c = base; c.H = 1; c.HV = 3; c.h0 = true; v.push_back(c); }  // GVA G = 3
-  { Case c = base; c.gate = Gate::kVeryNegative; v.push_back(c); }
-  { Case c = base; c.B = 2; c.T = 65; c.h0 = true; c.inter = true; v.push_back(c); }
-  { Case c = base; c.K = 128; c.V = 64; c.h0 = true; v.push_back(c); }   // K != V
-  { Case c = base; c.K = 64; c.V = 128; c.inter = true; v.push_back(c); }
-  if (fam == Family::kSimpleGLA) {
-    { Case c = base; c.g_gamma = false; c.h0 = true; v.push_back(c); }  // g alone
-    { Case c = base; c.has_g = false; c.h0 = true; c.inter = true; v.push_back(c); }  // g_gamma alone
-    { Case c = base; c.has_g = false; c.H = 1; c.HV = 2; v.push_back(c); }
-  }
-  return v;
-}
 
 TEST(CudaForward, GlaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : no_delta_cases(Family::kGLA)) {
+    for (Case c : no_delta_cases(Family::kGLA, Pass::kForward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -414,7 +361,7 @@ TEST(CudaForward, GlaSmallOptions) {
 TEST(CudaForward, SimpleGlaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
-    for (Case c : no_delta_cases(Family::kSimpleGLA)) {
+    for (Case c : no_delta_cases(Family::kSimpleGLA, Pass::kForward)) {
       c.dt = dt;
       check_case(c);
     }
@@ -495,7 +442,6 @@ TEST(CudaForward, NoDeltaLongAndDeterministic) {
       }
 }
 
-
 // ------------------------------------------------------------------ the Hopper (wgmma) pass
 // The sequential pass on wgmma (src/cuda/sm90/) runs at K = 128, a V tile of 64, 16-bit inputs and
 // no `h` output (on an sm_90a build and a CC 9.0 GPU; elsewhere these cases take the mma.sync pass
@@ -505,7 +451,7 @@ TEST(CudaForward, SmallHopperPassEveryOption) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
     const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-    std::vector<Case> cases = delta ? option_cases(fam) : no_delta_cases(fam);
+    std::vector<Case> cases = delta ? option_cases(fam, Pass::kForward) : no_delta_cases(fam, Pass::kForward);
     {  // varlen: empty sequences first, inside and last, lengths around the chunk
       Case c = cases.front();
       c.B = 1;
@@ -552,7 +498,7 @@ TEST(CudaForward, SmallHopperPassEveryOption) {
 void check_sequence_split(Family fam) {
   const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
   const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-  Case base = delta ? option_cases(fam).front() : no_delta_cases(fam).front();
+  Case base = delta ? option_cases(fam, Pass::kForward).front() : no_delta_cases(fam, Pass::kForward).front();
   base.B = 1;
   base.T = 64 * 41 + 17;
   base.H = 1;

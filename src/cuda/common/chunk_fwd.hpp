@@ -188,11 +188,12 @@ bool recurrence_wgmma_supported(int dtype, int K, int V);
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 
-// chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds and
-// V is 64 or 128, forward outputs only (not the backward's exports Ainv, U_lo, KgT_lo): the scalar
-// gate (GDN, sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit;
-// the vector gate (KDA, GLA: sm90/intra_chunk_vector_gate.cuh) with Qg, KgT, Aqk, gexp and the
-// delta rule's W, U, bf16.
+// chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds (and V is 64 or 128
+// where the prep writes U or reads the vector gate), forward outputs only (not the backward's
+// exports Ainv, U_lo, KgT_lo): the scalar gate (GDN; simple GLA without W and U;
+// sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit; the
+// vector gate (KDA, GLA: sm90/intra_chunk_vector_gate.cuh) with Qg, KgT, Aqk, gexp and the delta
+// rule's W, U, bf16.
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p);
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s);
 

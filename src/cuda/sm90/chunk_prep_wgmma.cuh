@@ -1,7 +1,8 @@
-// chunk_prep of the scalar-gate delta rule (GDN) on Hopper (sm_90a, 16-bit, K = 128, V 64 or 128):
-// one warpgroup per (chunk, value head) runs intra_chunk_scalar_delta.cuh's chunk-local work on
-// wgmma into shared memory, then writes W, U, Aqk, the row factors and exp(γ_C) to the workspace
-// in chunk_prep's layouts (PrepParams) straight from the accumulators, for the raw-row wgmma pass.
+// chunk_prep of the scalar gate (GDN with the delta rule, simple GLA without) on Hopper (sm_90a,
+// 16-bit, K = 128; with the delta rule V 64 or 128): one warpgroup per (chunk, value head) runs
+// intra_chunk_scalar_delta.cuh's chunk-local work on wgmma into shared memory, then writes W, U
+// (delta rule), Aqk, the row factors and exp(γ_C) to the workspace in chunk_prep's layouts
+// (PrepParams) straight from the accumulators, for the raw-row wgmma pass.
 #pragma once
 
 #include "cuda/sm90/chunk_recurrence_wgmma.cuh"
@@ -11,32 +12,41 @@ namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
 template <class E>
-struct alignas(1024) PrepWgmmaSmem {
-  alignas(1024) E q[kC * kK];    // q (tok, ch); the inverse's scratch once the products have read it
-  alignas(1024) E k[kK * kC];    // k (ch, tok)
+struct VTiles {
   alignas(1024) E v0[kC * kVT];  // v, columns 0..63
   alignas(1024) E v1[kC * kVT];  // v, columns 64..127 (V = 128)
+};
+template <class E>
+struct NoVTiles {
+  E v0[8], v1[8];  // placeholders, never read
+};
+template <class E, bool DELTA>
+struct alignas(1024) PrepWgmmaSmem {
+  alignas(1024) E q[kC * kK];  // q (tok, ch); the inverse's scratch once the products have read it
+  alignas(1024) E k[kK * kC];  // k (ch, tok)
+  std::conditional_t<DELTA, VTiles<E>, NoVTiles<E>> vt;
   ScalarDeltaScratch sc;
 };
 
-// Three CTAs an SM (~72 KB each, <= 168 registers): the chunk's work is latency-bound, so the
-// resident warps, not the instruction count, set its speed (bench/NOTES_cuda_forward.md v18).
-template <class T>
-__global__ void __launch_bounds__(kThreads, 3) chunk_prep_scalar_delta_wgmma_kernel(const __grid_constant__ PrepParams p) {
+// The chunk's work is latency-bound, so the resident warps, not the instruction count, set its
+// speed (bench/NOTES_cuda_forward.md v18): three CTAs an SM with the delta rule (~72 KB each,
+// <= 168 registers), four without it (~55 KB, <= 128 registers).
+template <class T, bool DELTA>
+__global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_delta_wgmma_kernel(const __grid_constant__ PrepParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Producer = ScalarDeltaProducer<T>;
+  using Producer = ScalarDeltaProducer<T, DELTA>;
   using E = typename Producer::E;
   extern __shared__ unsigned char smem_raw[];
-  auto& sm = *reinterpret_cast<PrepWgmmaSmem<E>*>(smem_base_1024(smem_raw));
+  auto& sm = *reinterpret_cast<PrepWgmmaSmem<E, DELTA>*>(smem_base_1024(smem_raw));
   const int c = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
   const ChunkInfo ci = p.chunks[c];
   const int V = p.V;
   Producer prod(p, sm.sc, tid, hv, 0);
-  const typename Producer::Tiles in{sm.q, sm.k, sm.v0};
-  prod.load(in, ci.t0, ci.len);  // q, k, v tile 0; the raw gate and β
-  if (V > kVT) {
+  const typename Producer::Tiles in{sm.q, sm.k, DELTA ? sm.vt.v0 : nullptr};
+  prod.load(in, ci.t0, ci.len);  // q, k, v tile 0 (delta rule); the raw gate and β
+  if (DELTA && V > kVT) {
     const int64_t vs = static_cast<int64_t>(p.HV) * V;
-    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.v1),
+    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(sm.vt.v1),
                                   static_cast<const T*>(p.v) + static_cast<int64_t>(ci.t0) * vs +
                                       static_cast<int64_t>(hv) * V + kVT,
                                   vs, tid, ci.len);
@@ -46,21 +56,25 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_scalar_delta_wgmma_ker
   cutlass::arch::fence_view_async_shared();  // this thread's cp.async data -> the wgmmas
   warpgroup_sync<1>();
   const int64_t blk = static_cast<int64_t>(c) * p.HV + hv;
-  WorkspaceSink<T> out{static_cast<T*>(p.W) + blk * kC * kK, static_cast<T*>(p.Aqk) + blk * kC * kC,
-                       static_cast<T*>(p.U) + blk * kC * V, p.rowfac + blk * 2 * kC, p.gexp + blk * kK, V};
+  WorkspaceSink<T> out{DELTA ? static_cast<T*>(p.W) + blk * kC * kK : nullptr, static_cast<T*>(p.Aqk) + blk * kC * kC,
+                       DELTA ? static_cast<T*>(p.U) + blk * kC * V : nullptr, p.rowfac + blk * 2 * kC,
+                       p.gexp + blk * kK, V};
   const float graw[2] = {prod.graw[0], prod.graw[1]}, braw[2] = {prod.braw[0], prod.braw[1]};
   prod.compute(in, ci.len, graw, braw, reinterpret_cast<float*>(sm.q), out);
-  if (V > kVT) prod.u_tile(sm.v1, out, kVT);
+  if (DELTA && V > kVT) prod.u_tile(sm.vt.v1, out, kVT);
 #endif
 }
 
+template <class T, bool DELTA>
+cudaError_t launch_prep_wgmma(const PrepParams& p, cudaStream_t s) {
+  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
+  constexpr int smem = static_cast<int>(sizeof(PrepWgmmaSmem<typename Atoms<T>::E, DELTA>)) + 1024;
+  static_assert((DELTA ? 3 : 4) * (smem + 1024) <= 228 * 1024, "the CTAs an SM of the launch bounds (each with its 1 KB reserved)");
+  return launch_chunk_heads(chunk_prep_scalar_delta_wgmma_kernel<T, DELTA>, smem, p, s);
+}
 template <class T>
 cudaError_t launch_prep_wgmma(const PrepParams& p, cudaStream_t s) {
-  auto kernel = chunk_prep_scalar_delta_wgmma_kernel<T>;
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(PrepWgmmaSmem<typename Atoms<T>::E>)) + 1024;
-  static_assert(3 * (smem + 1024) <= 228 * 1024, "three CTAs an SM (each with its 1 KB reserved)");
-  return launch_chunk_heads(kernel, smem, p, s);
+  return p.delta ? launch_prep_wgmma<T, true>(p, s) : launch_prep_wgmma<T, false>(p, s);
 }
 
 }  // namespace wgmma_recurrence

@@ -55,13 +55,17 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
   const bool common = p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr &&
-                      p.g_gamma == nullptr && (p.V == 64 || p.V == 128) && recurrence_wgmma_supported(dtype, p.K, p.V);
+                      recurrence_wgmma_supported(dtype, p.K, p.V);
+  // with the delta rule U's V tiles are the prep's: V 64 or 128
+  const bool v_tiles = !p.delta || p.V == 64 || p.V == 128;
   if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_gate.cuh says why); GLA reads
                     // its V from the v rows (no U)
-    return common && dtype == 1 && p.g != nullptr && p.Qg && p.KgT && p.rowfac == nullptr &&
-           (p.delta ? (p.W && p.U) : (!p.W && !p.U));
-  // the scalar gate with the delta rule (GDN): raw-row outputs
-  return common && p.delta && p.W && p.U && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr;
+    return common && (p.V == 64 || p.V == 128) && dtype == 1 && p.g != nullptr && p.g_gamma == nullptr && p.Qg &&
+           p.KgT && p.rowfac == nullptr && (p.delta ? (p.W && p.U) : (!p.W && !p.U));
+  // the scalar gate, raw-row outputs: with the delta rule (GDN) W and U; without it (simple GLA,
+  // g and / or g_gamma) neither, its V read from the v rows
+  return common && v_tiles && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr &&
+         (p.delta ? (p.W && p.U && p.g_gamma == nullptr) : (!p.W && !p.U));
 }
 
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s) {

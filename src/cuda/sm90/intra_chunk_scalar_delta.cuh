@@ -98,7 +98,9 @@ __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* T
   }
 }
 
-template <class T>
+// DELTA = false (simple GLA): γ with g_gamma, Q Kᵀ (K Kᵀ / Q Qᵀ only for the l2 norms), the
+// Aqk epilogue, the row factors and exp(γ_C); no β, A, inverse, W or U, and no v tile.
+template <class T, bool DELTA = true>
 struct ScalarDeltaProducer {
   using A = Atoms<T>;
   using E = typename A::E;
@@ -120,7 +122,7 @@ struct ScalarDeltaProducer {
     g = lane >> 2;
     t = lane & 3;
     hk = hv / pp.G;
-    hg = prep_head_gate(pp, hv);
+    hg = prep_head_gate(pp, hv, !DELTA && pp.g_gamma ? load_any(pp.g_gamma, pp.gg_dt, hv) : 0.f);
     dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
   }
 
@@ -131,13 +133,15 @@ struct ScalarDeltaProducer {
     const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
     copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(in.q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
     copy_mnmajor<T>(reinterpret_cast<T*>(in.k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
-    const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
-    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(in.v),
-                                  static_cast<const T*>(pp.v) + static_cast<int64_t>(t0) * vs +
-                                      static_cast<int64_t>(hv) * pp.V + v0,
-                                  vs, tid, Lc);
+    if constexpr (DELTA) {
+      const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
+      copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(in.v),
+                                    static_cast<const T*>(pp.v) + static_cast<int64_t>(t0) * vs +
+                                        static_cast<int64_t>(hv) * pp.V + v0,
+                                    vs, tid, Lc);
+    }
     cp_commit();
-    if (warp < 2) {
+    if (warp < (DELTA ? 2 : 1)) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         const int i = 2 * lane + m;
@@ -203,7 +207,7 @@ struct ScalarDeltaProducer {
       // s: inclusive sum through token 2 lane + 1; tokens past Lc add 0 (γ stays at the last token's)
       sc.gam[2 * lane] = s - x[1];
       sc.gam[2 * lane + 1] = s;
-    } else if (warp == 1) {
+    } else if (DELTA && warp == 1) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         float b = 0.f;
@@ -265,7 +269,7 @@ struct ScalarDeltaProducer {
       const float gt = sc.gam[tid];
       sc.rk[tid] = rk;
       sc.rq[tid] = rq;
-      sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
+      if constexpr (DELTA) sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
       out.rf(tid, tid < Lc ? pp.scale * rq * __expf(gt) : 0.f);
       out.rf(kC + tid, tid < Lc ? rk * __expf(gC - gt) : 0.f);
     }
@@ -280,7 +284,7 @@ struct ScalarDeltaProducer {
       const int r = 16 * warp + g + 8 * h;
       gi[h] = sc.gam[r];
       sqf[h] = pp.scale * sc.rq[r];
-      bk[h] = sc.bet[r] * sc.rk[r];
+      bk[h] = DELTA ? sc.bet[r] * sc.rk[r] : 0.f;
     }
 #pragma unroll
     for (int nb = 0; nb < kC / 8; ++nb) {
@@ -300,13 +304,14 @@ struct ScalarDeltaProducer {
           d1 = c + 1 <= r ? __expf(gi[h] - gc.y) * kc.y : 0.f;
         }
         out.aqk(r, c, pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1)));
-        if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
+        if (DELTA && nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
           const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
           const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
           *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
         }
       }
     }
+    if constexpr (!DELTA) return;  // (the caller syncs before the scratch is reused)
     warpgroup_sync<1>();
 
     // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from ._args import align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32
 from .ops import BACKWARD_PRECISIONS, CHUNK_SIZE, make_options
 
 __all__ = ["chunk_fwd", "chunk_bwd", "run_forward"]
@@ -566,3 +567,20 @@ def _run_padded(family: int, q, k, v, **kw):
 
     o, fs, h = run_forward(family, q, k, v, **kw)
     return o[..., :V].contiguous(), crop(fs), crop(h)
+
+
+def run_chunked(family: int, name: str, q, k, v, *, initial_state=None, return_intermediate_states=False,
+                intermediate_states_dtype=None, **rest):
+    """The chunked entry points' common body (``chunk_kda``, ``chunk_gated_delta_rule``,
+    ``chunk_gla``, ``chunk_simple_gla``): q / k / v in one dtype, the initial state in float32,
+    :func:`run_forward_split`, ``o`` back in v's dtype, and the chunk states in the dtype asked
+    for. Returns ``(o, final_state)``, or ``(o, final_state, h)`` with
+    ``return_intermediate_states``. ``rest``: the family's keywords for :func:`run_forward_split`."""
+    k_in = k
+    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
+    o, fs, h = run_forward_split(family, q, k, v, initial_state=state_in_float32(initial_state),
+                                 return_intermediate_states=return_intermediate_states, fn_name=name, **rest)
+    o = finish_output(o, o_dtype, None)
+    if return_intermediate_states:
+        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
+    return o, fs

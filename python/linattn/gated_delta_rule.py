@@ -13,11 +13,10 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, fused_recurrent_states,
-                    intermediate_states_as, refuse, refuse_head_first, state_in_float32, state_layout,
-                    take_kwargs)
+from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, fused_recurrent_states, refuse,
+                    refuse_head_first, state_layout, take_kwargs)
 from ._decode import run_decode, selects_decode
-from ._torch_ops import run_forward_split
+from ._torch_ops import run_chunked, run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gdn", "fused_recurrent_gated_delta_rule",
@@ -134,21 +133,15 @@ def chunk_gated_delta_rule(
                           dt_bias=dt_bias, initial_state=initial_state, output_final_state=output_final_state,
                           state_v_first=state_v_first, return_intermediate_states=return_intermediate_states,
                           opts=opts)
-    k_in = k
-    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
-    initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward_split(
-        _GDN, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
-        cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
+    return run_chunked(
+        _GDN, name, q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu_seqlens,
+        cu_seqlens_cpu=cu_seqlens_cpu, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
         state_v_first=state_v_first, output_final_state=output_final_state,
-        return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
-    o = finish_output(o, o_dtype, None)
-    if return_intermediate_states:
-        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
-    return o, fs
+        disable_recompute=disable_recompute, backward_precision=backward_precision,
+        initial_state=initial_state, return_intermediate_states=return_intermediate_states,
+        intermediate_states_dtype=intermediate_states_dtype)
 
 
 chunk_gdn = chunk_gated_delta_rule

@@ -12,10 +12,9 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32, state_layout,
-                    take_kwargs)
+from ._args import (align_qkv_dtypes, finish_output, state_in_float32, state_layout, take_kwargs)
 from ._decode import run_decode, short_no_grad_call
-from ._torch_ops import run_forward_split
+from ._torch_ops import run_chunked
 from .ops import FAMILIES
 
 __all__ = ["chunk_gla", "fused_recurrent_gla"]
@@ -80,19 +79,13 @@ def chunk_gla(
         >>> o.sum().backward()
     """
     name = "chunk_gla"
-    k_in = k
-    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
-    initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward_split(
-        _GLA, q, k, v, g=g, g_per_key=True, split_k=True, initial_state=initial_state,
-        cu_seqlens=cu_seqlens,
+    return run_chunked(
+        _GLA, name, q, k, v, g=g, g_per_key=True, split_k=True, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
-        output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
-    o = finish_output(o, o_dtype, None)
-    if return_intermediate_states:
-        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
-    return o, fs
+        output_final_state=output_final_state, disable_recompute=disable_recompute,
+        backward_precision=backward_precision,
+        initial_state=initial_state, return_intermediate_states=return_intermediate_states,
+        intermediate_states_dtype=intermediate_states_dtype)
 
 
 def fused_recurrent_gla(

@@ -15,10 +15,10 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, intermediate_states_as,
-                    refuse_head_first, state_in_float32, state_layout, take_kwargs)
+from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, refuse_head_first, state_in_float32,
+                    state_layout, take_kwargs)
 from ._decode import run_decode, short_no_grad_call
-from ._torch_ops import run_forward_split
+from ._torch_ops import run_chunked, run_forward_split
 from .ops import FAMILIES
 
 __all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla"]
@@ -92,18 +92,13 @@ def chunk_simple_gla(
     refuse_head_first(name, kwargs)
     take_kwargs(name, kwargs, {})
     check_chunk_size(name, "simple GLA", chunk_size, return_intermediate_states)
-    k_in = k
-    q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
-    initial_state = state_in_float32(initial_state)
-    o, fs, h = run_forward_split(
-        _SGLA, q, k, v, split_k=True, g=g, g_gamma=g_gamma, initial_state=initial_state, cu_seqlens=cu_seqlens,
+    return run_chunked(
+        _SGLA, name, q, k, v, split_k=True, g=g, g_gamma=g_gamma, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
-        output_final_state=output_final_state, return_intermediate_states=return_intermediate_states,
-        disable_recompute=disable_recompute, backward_precision=backward_precision, fn_name=name)
-    o = finish_output(o, o_dtype, None)
-    if return_intermediate_states:
-        return o, fs, intermediate_states_as(name, h, k_in, intermediate_states_dtype)
-    return o, fs
+        output_final_state=output_final_state, disable_recompute=disable_recompute,
+        backward_precision=backward_precision,
+        initial_state=initial_state, return_intermediate_states=return_intermediate_states,
+        intermediate_states_dtype=intermediate_states_dtype)
 
 
 def fused_chunk_simple_gla(

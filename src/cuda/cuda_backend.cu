@@ -167,7 +167,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.Aqk = base + lay.Aqk;
     pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
-    // GDN, KDA and GLA on Hopper: the chunk-local work on warpgroup MMAs (src/cuda/sm90/)
+    // GDN, simple GLA, KDA and GLA on Hopper: the chunk-local work on warpgroup MMAs (src/cuda/sm90/)
     e = kern::prep_wgmma_applies(dt, p.vector_gate, pp)
             ? kern::launch_prep_wgmma(dt, p.vector_gate, pp, st)
             : kern::launch_prep(dt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);

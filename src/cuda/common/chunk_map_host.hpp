@@ -23,7 +23,7 @@ struct ChunkInfo {
   int32_t len;  // valid tokens (1..64)
 };
 // An entry of a sequence map: a whole sequence, or (the sequence-split state pass,
-// config::seq_split) one segment of one, whole chunks from the sequence's start. Entries are in
+// config::seq_split_chunks) one segment of one, whole chunks from the sequence's start. Entries are in
 // token order; a sequence's segments are consecutive, its last entry ends it.
 struct SeqInfo {
   int32_t t0;      // first flat token

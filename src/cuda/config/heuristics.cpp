@@ -42,9 +42,9 @@ FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows)
 }
 
 int seq_split_chunks(const detail::Problem& p, int sms) {
+  if (p.has_saved) return 0;  // (disable_recompute's forward runs the backward's front half)
   int64_t nch = 0;  // the longest sequence's chunks
   for (int64_t n = 0; n < p.N; ++n) nch = std::max(nch, (p.seq_len(n) + kChunk - 1) / kChunk);
-  if (p.has_saved) return 0;  // (disable_recompute's forward runs the backward's front half)
   return seq_split_chunks(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V), static_cast<int>(p.HV), p.delta,
                           p.N, nch, sms);
 }

@@ -81,6 +81,7 @@ struct Case {
   bool dht = false;                         // backward: a final-state gradient
   bool all_outputs = true;                  // backward: false = dq, dk, dv only
   bool v_first = false, safe_gate = false;
+  bool g16 = false;  // the raw gate in the inputs' dtype when that is 16-bit (float32 otherwise)
   float lower_bound = -5.f;
   // simple GLA: whether g is passed (false: g_gamma alone) and whether g_gamma is
   bool has_g = true, g_gamma = false;
@@ -90,11 +91,11 @@ struct Case {
     char b[320];
     std::snprintf(b, sizeof b,
                   "%s %s B%lld T%lld H%lld HV%lld K%lld V%lld N%zu gate%d l2%d bsig%d neg%d h0%d ht%d h%d dht%d "
-                  "vf%d safe%d g%d gamma%d scale%g",
+                  "vf%d safe%d g%d gamma%d scale%g g16%d",
                   family_name(fam), dtype_name(dt), (long long)B, (long long)T, (long long)H, (long long)HV,
                   (long long)K, (long long)V, cu.empty() ? size_t(0) : cu.size() - 1, int(gate), l2norm,
                   beta_sigmoid, neg_eigval, h0, final_state, inter, dht, v_first, safe_gate, has_g, g_gamma,
-                  scale);
+                  scale, int(g16));
     return b;
   }
   bool in_kernel_gate() const {
@@ -160,6 +161,9 @@ inline std::vector<Case> option_cases(Family fam, Pass pass) {
     { Case c = base; c.gate = Gate::kLowerBoundNoAlog; c.dt_bias = false; v.push_back(c); }
     { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; ask_state(c, pass); v.push_back(c); }
     { Case c = base; c.gate = Gate::kClamped; c.safe_gate = true; c.lower_bound = -1.f; v.push_back(c); }
+    // the raw gate in bf16 / fp16, as models pass it: the kernels' widening path
+    { Case c = base; c.gate = Gate::kSoftplus; c.g16 = true; v.push_back(c); }
+    { Case c = base; c.gate = Gate::kLowerBound; c.safe_gate = true; c.g16 = true; v.push_back(c); }
   }
   return v;
 }
@@ -228,6 +232,7 @@ inline Inputs make_inputs(const Case& c, bool backward) {
     case Gate::kVeryNegative: fill_logsigmoid_gate(x.g, 1.0 / 8.0); break;
     default: fill_normal(x.g); break;
   }
+  if (c.g16 && (c.dt == DType::kBFloat16 || c.dt == DType::kFloat16)) x.g = x.g.as(c.dt);
   if (c.gate == Gate::kSoftplus || c.gate == Gate::kLowerBound) {
     x.A_log = HostTensor(DType::kFloat32, {HV});
     fill_uniform(x.A_log, 0.0, 2.7);

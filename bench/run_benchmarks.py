@@ -456,7 +456,10 @@ def main(argv=None) -> int:
         with open(json_path) as f:
             old = json.load(f)
         old_rows = old.get("rows", [])
-        env["merged_runs"] = old.get("runs", []) + ([old["environment"]] if "environment" in old else [])
+        # the earlier run's own environment, then the runs it had merged in: every run whose rows remain
+        prev = dict(old.get("environment", {}))
+        earlier = prev.pop("merged_runs", [])
+        env["merged_runs"] = ([prev] if prev else []) + earlier
 
     state = {"environment": env, "ceilings": ceil, "rows": [], "skipped": [], "notes": []}
 

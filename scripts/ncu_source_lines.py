@@ -10,7 +10,7 @@ CMake build does), disassembled with `nvdisasm -g`, and the instructions are mat
 says so when they are more than a few).
 
     python3 scripts/ncu_source_lines.py PROFILE.sass.csv OBJECT.o KERNEL_SUBSTRING \
-        [--nvdisasm PATH] [--cuobjdump PATH] [--top 30]
+        [--nvdisasm PATH] [--cuobjdump PATH] [--top 30] [--phases FILE:LINE=name,LINE=name,...]
 
 KERNEL_SUBSTRING picks the kernel in ncu's export (e.g. "chunk_prep_kernel<__nv_bfloat16, (bool)1, (bool)1>");
 in the object, the function with the same instruction count and the fewest opcode mismatches is
@@ -19,7 +19,9 @@ toolkit or PyPI's nvidia-cuda-nvdisasm / nvidia-cuda-cuobjdump wheels.
 
 Prints the top source lines by warp-stall samples and by executed warp instructions, with each
 line's three most frequent opcodes, and the totals by opcode class (integer/control, tensor,
-memory, special function).
+memory, special function); with --phases, the shares of the kernel's phases (marker lines of one
+file, e.g. the `// ----` sections of a kernel). An export of several launches of one kernel is
+read for its first launch.
 """
 
 from __future__ import annotations
@@ -50,13 +52,16 @@ def opcode(text: str) -> str:
 
 def read_ncu(path: str, kernel: str):
     """The instruction rows (text, stall samples, executed warp instructions) of the first kernel
-    whose name contains `kernel`."""
+    whose name contains `kernel` (the first launch only: an export of several launches of one
+    kernel holds one section each)."""
     rows, name, hdr, found = [], None, None, None
     with open(path, newline="") as f:
         for line in csv.reader(f):
             if not line:
                 continue
             if line[0] == "Kernel Name":
+                if rows:
+                    break
                 name = line[1]
                 continue
             if line[0] == "Address":
@@ -122,6 +127,10 @@ def main() -> int:
     ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--phases", default="",
+                    help="FILE:LINE=name,LINE=name,...: also the stall and executed shares per phase of the "
+                         "kernel, a phase running from its marker line of FILE to the next; instructions of "
+                         "other files (inlined helpers) count in the phase of the last FILE line before them")
     a = ap.parse_args()
 
     name, rows = read_ncu(a.sass_csv, a.kernel)
@@ -155,6 +164,21 @@ def main() -> int:
 
     show("top lines by stall samples", samp)
     show("top lines by executed instructions", exe)
+    if a.phases:
+        pfile, spec = a.phases.split(":", 1)
+        marks = sorted((int(k), v) for k, v in (m.split("=", 1) for m in spec.split(",")))
+        order = ["(before " + marks[0][1] + ")"] + [name for _, name in marks]
+        ps, pe = collections.Counter(), collections.Counter()
+        cur = order[0]
+        for (text, s_, e_), (line, _) in zip(rows, funcs):
+            if line and os.path.basename(line[0]) == os.path.basename(pfile):
+                cur = next((name for ln, name in reversed(marks) if ln <= int(line[1])), order[0])
+            ps[cur] += s_
+            pe[cur] += e_
+        print(f"\nphases of {os.path.basename(pfile)}")
+        for name in order:
+            if ps[name] or pe[name]:
+                print(f"  {name:34s} samples {100 * ps[name] / S:5.1f}%  executed {100 * pe[name] / E:5.1f}%")
     return 0
 
 

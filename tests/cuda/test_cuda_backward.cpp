@@ -430,6 +430,66 @@ TEST(CudaBackward, SixteenBitDefaultMeetsBar) {
     }
 }
 
+// ------------------------------------------------------------------ the Hopper pass 1
+// Pass 1 on wgmma (src/cuda/sm90/chunk_dh_wgmma.cuh) runs at K = 128, V a multiple of 64 and a
+// 16-bit compute type: the split and fast16 forms of KDA and GDN, GLA and simple GLA's default (on
+// an sm_90a build and a CC 9.0 GPU; elsewhere these cases take dh_kernel and still check it).
+// Every option of every family there, V = 128 and 256, odd lengths, a varlen layout with empty
+// sequences and a partial last chunk, and bitwise repeatability.
+TEST(CudaBackward, SmallHopperPass1EveryOption) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
+    const bool delta = fam == Family::kKDA || fam == Family::kGDN;
+    std::vector<Case> cases = delta ? option_cases(fam, Pass::kBackward) : no_delta_cases(fam, Pass::kBackward);
+    {  // varlen: empty sequences first, inside and last, lengths around the chunk
+      Case c = cases.front();
+      c.B = 1;
+      c.cu = {0, 0, 1, 64, 64, 193, 258, 258};
+      c.T = 258;
+      c.h0 = true;
+      c.dht = true;
+      cases.push_back(c);
+    }
+    {  // odd length, V = 256 (four V tiles), GVA
+      Case c = cases.front();
+      c.T = 317;
+      c.H = 1;
+      c.HV = 2;
+      c.V = 256;
+      c.h0 = true;
+      c.dht = true;
+      cases.push_back(c);
+    }
+    const std::vector<BwdPath> paths =
+        delta ? std::vector<BwdPath>{BwdPath::kSplit, BwdPath::kFast16} : std::vector<BwdPath>{BwdPath::kAuto};
+    for (DType dt : {DType::kBFloat16, DType::kFloat16})
+      for (Case c : cases) {
+        c.dt = dt;
+        c.K = 128;
+        if (c.V < 128) c.V = 128;
+        for (BwdPath path : paths) check_case(c, false, path);
+      }
+    Case c = cases.front();
+    c.K = 128;
+    c.V = 128;
+    c.T = 1000;
+    c.h0 = true;
+    c.dht = true;
+    const Inputs x = make_inputs(c, /*backward=*/true);
+    for (BwdPath path : paths) {
+      SCOPED_TRACE(c.name() + " path " + path_name(path));
+      Grads a, b;
+      ASSERT_TRUE(run_cuda(c, x, &a, false, path).ok());
+      ASSERT_TRUE(run_cuda(c, x, &b, false, path).ok());
+      for (int i = 0; i < kNumGrads; ++i) {
+        if (!a.at(i)->present()) continue;
+        EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
+            << kGradNames[i] << " differs between runs";
+      }
+    }
+  }
+}
+
 // Options::backward_precision selects the backward's form (seen in the workspace sizes: the
 // default computes in float32 here, an in-kernel gate with A_log), and so does the saved buffer's
 // size; a value outside the enum (the C ABI and the bindings pass integers) is refused by

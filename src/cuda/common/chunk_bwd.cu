@@ -804,15 +804,19 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     dp.K = K;
     dp.V = V;
     dp.v_first = p.opt.state_v_first ? 1 : 0;
-    const config::Staged sg = config::dh_stages(cdt, K, pl.split);
-    const std::size_t smem = sg.smem;
-    if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
-    dp.stages = sg.stages;
     if (pl.split) {
       dp.KgT_lo = fb.KgT_lo;
       dp.dN_lo = base + pl.dN_lo;
     }
-    if ((e = launch_dh(cdt, dp, static_cast<int>(smem), st)) != cudaSuccess) return cuda_error("dh launch", e);
+    if (dh_wgmma_applies(cdt, dp)) {
+      e = launch_dh_wgmma(cdt, dp, st);
+    } else {
+      const config::Staged sg = config::dh_stages(cdt, K, pl.split);
+      if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
+      dp.stages = sg.stages;
+      e = launch_dh(cdt, dp, static_cast<int>(sg.smem), st);
+    }
+    if (e != cudaSuccess) return cuda_error("dh launch", e);
     mark("pass2");
   }
   if (p.num_chunks > 0) {

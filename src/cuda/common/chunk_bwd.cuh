@@ -175,4 +175,10 @@ std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 
+// Pass 1 on Hopper (sm90/chunk_dh_wgmma.cuh; sm90/chunk_recurrence_wgmma.cu says where): sm_90a
+// builds on a CC 9.0 device, a 16-bit compute type, K = 128, V a multiple of 64, the split form
+// with the delta rule only. dh_kernel runs the rest.
+bool dh_wgmma_applies(int dtype, const DhParams& p);
+cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
+
 }  // namespace linattn::cuda::bwd

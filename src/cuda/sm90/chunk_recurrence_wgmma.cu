@@ -1,6 +1,8 @@
-// Where the wgmma recurrence (chunk_recurrence_wgmma.cuh) runs, and with how many stages.
+// Where the wgmma kernels run: the forward's recurrence (chunk_recurrence_wgmma.cuh, and its stages)
+// and chunk_prep, the backward's pass 1 (chunk_dh_wgmma.cuh).
 #include <cuda_runtime.h>
 
+#include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_fwd.hpp"
 
 namespace linattn::cuda::kern {
@@ -74,3 +76,20 @@ cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, 
 }
 
 }  // namespace linattn::cuda::kern
+
+namespace linattn::cuda::bwd {
+
+cudaError_t launch_dh_wgmma_bf16(const DhParams& p, cudaStream_t s);
+cudaError_t launch_dh_wgmma_fp16(const DhParams& p, cudaStream_t s);
+
+bool dh_wgmma_applies(int dtype, const DhParams& p) {
+  const bool split = p.KgT_lo != nullptr;
+  return kern::recurrence_wgmma_supported(dtype, p.K, p.V) && (split == (p.dN_lo != nullptr)) && (!split || p.delta) &&
+         (!p.delta || p.W != nullptr);
+}
+
+cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s) {
+  return dtype == 0 ? launch_dh_wgmma_fp16(p, s) : launch_dh_wgmma_bf16(p, s);
+}
+
+}  // namespace linattn::cuda::bwd

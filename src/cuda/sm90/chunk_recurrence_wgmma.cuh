@@ -20,13 +20,6 @@ struct alignas(1024) RecurrenceSmem {
   alignas(8) uint64_t empty[STAGES];
 };
 
-// The shared-memory base rounded up to the 128-byte swizzle's 1024-byte period; an offset from
-// smem_raw (not an integer round trip) keeps the pointer's shared-memory provenance (LDS).
-__device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw) {
-  const unsigned pad = (1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u;
-  return smem_raw + pad;
-}
-
 // A chunk-parallel Hopper kernel (one warpgroup per (chunk, value head)) with SMEM bytes of dynamic
 // shared memory: the attribute, then the launch over (num_chunks, HV).
 template <class Kernel>

@@ -53,6 +53,9 @@ struct Atoms {
   using N128K = RS<128, GMMA::Major::K>;
   using N128MN = RS<128, GMMA::Major::MN>;
   using SS64 = decltype(GMMA::ss_op_selector<E, E, float, Shape<_64, _64, _16>, GMMA::Major::K, GMMA::Major::K>());
+  // SS with both operands MN-major: the backward's dOᵀ Aqk and dOᵀ Qg (dO's v tile as A)
+  template <int N>
+  using SSmn = decltype(GMMA::ss_op_selector<E, E, float, Shape<_64, Int<N>, _16>, GMMA::Major::MN, GMMA::Major::MN>());
 };
 
 // Operands in wgmma's 128-byte-swizzled canonical layouts, (rows, cols) as CuTe sees them.
@@ -65,6 +68,9 @@ struct Layouts {
   using TokByKChFirst = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}, Step<_2, _1>{}));
   using TokByTok = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<_64, _64>{}));     // Aqk: (tok, tok')
   using VcByTokMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<_64, _64>{}));   // v / U tile: (vcol, tok)
+  // the KgT tile (kmajor_off<128>: channel rows, 64 tokens each) read as the MN-major operand
+  // (tok, ch): a 64-element row of the K-major tile is one row of the MN-major atom
+  using TokByChMN = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<E>{}, Shape<_64, Int<kK>>{}));
 };
 
 // Element offsets in the 128-byte-swizzled canonical layouts of Layouts<E> (16-bit E, tile base
@@ -113,6 +119,13 @@ __device__ __forceinline__ void copy_mnmajor(T* dst, const T* src, int64_t gld, 
     const bool ok = j0 + it * jstep < valid;
     cp_async16_zfill(s0 + it * 1024, ok ? g0 + it * jstep * gld : src, ok);
   }
+}
+
+// The shared-memory base rounded up to the 128-byte swizzle's 1024-byte period; an offset from
+// smem_raw (not an integer round trip) keeps the pointer's shared-memory provenance (LDS).
+__device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw) {
+  const unsigned pad = (1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u;
+  return smem_raw + pad;
 }
 
 template <class Acc>

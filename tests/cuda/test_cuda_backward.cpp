@@ -431,11 +431,12 @@ TEST(CudaBackward, SixteenBitDefaultMeetsBar) {
 }
 
 // ------------------------------------------------------------------ the Hopper pass 1
-// Pass 1 on wgmma (src/cuda/sm90/chunk_dh_wgmma.cuh) runs at K = 128, V a multiple of 64 and a
-// 16-bit compute type: the split and fast16 forms of KDA and GDN, GLA and simple GLA's default (on
-// an sm_90a build and a CC 9.0 GPU; elsewhere these cases take dh_kernel and still check it).
-// Every option of every family there, V = 128 and 256, odd lengths, a varlen layout with empty
-// sequences and a partial last chunk, and bitwise repeatability.
+// Pass 1 on wgmma (src/cuda/sm90/chunk_dh_wgmma.cuh) runs at K = 128 and V a multiple of 64, in
+// the 16-bit forms (split, fast16, GLA and simple GLA's default) and in the float32 form on
+// bfloat16 inputs (on an sm_90a build and a CC 9.0 GPU; elsewhere, and for float16 inputs in
+// float32, these cases take dh_kernel and still check it). Every option of every family in each
+// form, V = 128 and 256, odd lengths, a varlen layout with empty sequences and a partial last
+// chunk, bitwise repeatability, and the gate-parameter gradients of the 15-sequence layout.
 TEST(CudaBackward, SmallHopperPass1EveryOption) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
@@ -460,8 +461,8 @@ TEST(CudaBackward, SmallHopperPass1EveryOption) {
       c.dht = true;
       cases.push_back(c);
     }
-    const std::vector<BwdPath> paths =
-        delta ? std::vector<BwdPath>{BwdPath::kSplit, BwdPath::kFast16} : std::vector<BwdPath>{BwdPath::kAuto};
+    const std::vector<BwdPath> paths = delta ? std::vector<BwdPath>{BwdPath::kSplit, BwdPath::kFast16, BwdPath::kFloat32}
+                                             : std::vector<BwdPath>{BwdPath::kAuto, BwdPath::kFloat32};
     for (DType dt : {DType::kBFloat16, DType::kFloat16})
       for (Case c : cases) {
         c.dt = dt;
@@ -486,6 +487,17 @@ TEST(CudaBackward, SmallHopperPass1EveryOption) {
         EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
             << kGradNames[i] << " differs between runs";
       }
+    }
+    if (delta) {  // dA_log / ddt_bias (sums over every token) in the default form, bf16, K = 128
+      Case v;
+      v.fam = fam;
+      v.K = v.V = 128;
+      v.cu = {0, 494, 1004, 1561, 1908, 2240, 2849, 3116, 4096, 4986, 5626, 6090, 6718, 7244, 7870, 8192};
+      v.T = 8192;
+      v.H = v.HV = 1;
+      v.h0 = v.dht = v.beta_sigmoid = true;
+      v.gate = fam == Family::kKDA ? Gate::kLowerBound : Gate::kSoftplus;
+      check_case(v);
     }
   }
 }

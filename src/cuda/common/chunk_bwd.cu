@@ -808,6 +808,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       dp.KgT_lo = fb.KgT_lo;
       dp.dN_lo = base + pl.dN_lo;
     }
+    // the float32 form on bf16 inputs: Hopper's pass 1 reads the caller's dO (exact in bf16)
+    if (cdt == 2 && p.dtype == DType::kBFloat16) dp.d_o16 = in.d_o.data;
     if (dh_wgmma_applies(cdt, dp)) {
       e = launch_dh_wgmma(cdt, dp, st);
     } else {

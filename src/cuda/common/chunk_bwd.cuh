@@ -123,6 +123,9 @@ struct DhParams {
   // in, dN's low half out, so that Kg dS⁺ and the stored dN carry ~16 mantissa bits.
   const void* KgT_lo = nullptr;
   void* dN_lo = nullptr;
+  // The float32 form on bfloat16 inputs: the caller's dO rows (exact in bf16), which the Hopper
+  // pass 1 reads instead of the widened d_o (dh_wgmma_applies); null otherwise.
+  const void* d_o16 = nullptr;
 };
 
 struct WyGate {
@@ -176,8 +179,9 @@ cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 
 // Pass 1 on Hopper (sm90/chunk_dh_wgmma.cuh; sm90/chunk_recurrence_wgmma.cu says where): sm_90a
-// builds on a CC 9.0 device, a 16-bit compute type, K = 128, V a multiple of 64, the split form
-// with the delta rule only. dh_kernel runs the rest.
+// builds on a CC 9.0 device, K = 128, V a multiple of 64; a 16-bit compute type (the split form
+// with the delta rule only), or the float32 form on bfloat16 inputs (d_o16 set). dh_kernel runs
+// the rest (float32 and float16 inputs computing in float32, other head sizes, other GPUs).
 bool dh_wgmma_applies(int dtype, const DhParams& p);
 cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
 

@@ -26,32 +26,79 @@
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
-// One chunk's operands (bf16 / fp16 E): 64.5 KB, 80.5 KB split.
-template <class E, bool DELTA, bool SPLIT>
-struct alignas(1024) DhStage {
-  alignas(1024) E w[DELTA ? kC * kK : 8];  // W (tok, ch): mnmajor_off, the MN-major B (ch, tok) of dNᵀ W
-  alignas(1024) E q[kC * kK];              // Qg (tok, ch): mnmajor_off, the B of dOᵀ Qg
-  alignas(1024) E k[kK * kC];              // KgT (ch, tok): kmajor_off<128> = TokByChMN, the B of dS⁺ᵀ Kgᵀ
-  alignas(1024) E klo[SPLIT ? kK * kC : 8];  // KgT's low half
-  alignas(1024) E a[kC * kC];              // Aqk (i, j): kmajor_off<64> = VcByTokMN (j, i), the B of dOᵀ Aqk
-  alignas(1024) E o[kC * kVT];             // dO (tok, vcol): kmajor_off<64> = VcByTokMN (vcol, tok), the A
-  alignas(16) float ge[kK];                // exp(γ_C) per channel
+// The backward's forms (config::Compute) this pass runs: the 16-bit operands alone; the split
+// form (KgT and dS⁺ as hi + lo halves, dN written as hi + lo); and the float32 form on bfloat16
+// inputs (kWide: every operand the float32 recompute wrote split into bf16 hi + lo as the
+// producer stages it, three products per pair, dO exact in bf16, dN written in float32).
+enum class DhForm : int { kSixteen, kSplit, kWide };
+
+// One chunk's tiles as the consumer reads them (E: the 16-bit element); null lo halves where the
+// form has none.
+template <class E>
+struct DhTiles {
+  const E *w, *wlo;  // W (tok, ch): mnmajor_off, the MN-major B (ch, tok) of dNᵀ W
+  const E *q, *qlo;  // Qg (tok, ch): mnmajor_off, the B of dOᵀ Qg
+  const E *k, *klo;  // KgT (ch, tok): kmajor_off<128> = TokByChMN, the B of dS⁺ᵀ Kgᵀ
+  const E *a, *alo;  // Aqk (i, j): kmajor_off<64> = VcByTokMN (j, i), the B of dOᵀ Aqk
+  const E* o;        // dO (tok, vcol): kmajor_off<64> = VcByTokMN (vcol, tok), the shared A
+  const float* ge;   // exp(γ_C) per channel
 };
 
-template <class E, bool DELTA, bool SPLIT, int STAGES>
+// A stage of the 16-bit forms, copied by cp.async: 64.5 KB, 80.5 KB split.
+template <class E, bool DELTA, bool SPLIT>
+struct alignas(1024) DhStage {
+  alignas(1024) E w[DELTA ? kC * kK : 8];
+  alignas(1024) E q[kC * kK];
+  alignas(1024) E k[kK * kC];
+  alignas(1024) E klo[SPLIT ? kK * kC : 8];
+  alignas(1024) E a[kC * kC];
+  alignas(1024) E o[kC * kVT];
+  alignas(16) float ge[kK];
+  __device__ DhTiles<E> tiles() const { return {w, nullptr, q, nullptr, k, SPLIT ? klo : nullptr, a, nullptr, o, ge}; }
+};
+
+// kWide: a chunk's hi + lo tiles (120.5 KB) do not fit twice, so a chunk is two half-stages in a
+// ring of three slots (64.5 KB each): X = {Aqk, KgT (hi, lo), dO, exp(γ_C)} for dNᵀ, Y = {Qg, W
+// (hi, lo)} for dSᵀ. The consumer holds a chunk's X and Y while the producer fills the third slot
+// with the next chunk's X.
+template <class E>
+struct alignas(1024) DhWideSlot {
+  static constexpr int kTile = kC * kK;  // elements of a 64 x 128 tile
+  alignas(1024) E t[4 * kTile];          // X: a, alo (64 x 64 each), k, klo, o; Y: q, qlo, w, wlo
+  alignas(16) float ge[kK];
+  __device__ const E* a() const { return t; }
+  __device__ const E* alo() const { return t + kC * kC; }
+  __device__ const E* k() const { return t + kTile; }
+  __device__ const E* klo() const { return t + 2 * kTile; }
+  __device__ const E* o() const { return t + 3 * kTile; }
+  __device__ const E* q() const { return t; }
+  __device__ const E* qlo() const { return t + kTile; }
+  __device__ const E* w() const { return t + 2 * kTile; }
+  __device__ const E* wlo() const { return t + 3 * kTile; }
+};
+
+template <class E, bool DELTA, DhForm FORM, int STAGES>
 struct alignas(1024) DhSmem {
-  DhStage<E, DELTA, SPLIT> st[STAGES];
+  DhStage<E, DELTA, FORM == DhForm::kSplit> st[STAGES];
+  alignas(8) uint64_t full[STAGES];
+  alignas(8) uint64_t empty[STAGES];
+};
+template <class E, bool DELTA, int STAGES>
+struct alignas(1024) DhSmem<E, DELTA, DhForm::kWide, STAGES> {
+  DhWideSlot<E> st[STAGES];
   alignas(8) uint64_t full[STAGES];
   alignas(8) uint64_t empty[STAGES];
 };
 
-// The reverse recurrence of one chain, by the 128 threads of the consumer warpgroup.
-template <class T, bool DELTA, bool SPLIT>
+// The reverse recurrence of one chain, by the 128 threads of the consumer warpgroup (T: the 16-bit
+// element type of the operands).
+template <class T, bool DELTA, DhForm FORM>
 struct DhConsumer {
+  static constexpr bool kLoS = FORM != DhForm::kSixteen;  // dS⁺ and KgT as hi + lo
+  static constexpr bool kWide = FORM == DhForm::kWide;
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
-  using Stage = DhStage<E, DELTA, SPLIT>;
   using MmaN = decltype(make_tiled_mma(typename A::N64MN{}));                 // dS⁺ᵀ Kgᵀ
   using MmaNss = decltype(make_tiled_mma(typename A::template SSmn<64>{}));   // dOᵀ Aqk
   using MmaD = decltype(make_tiled_mma(typename A::N128MN{}));                // dNᵀ W
@@ -94,23 +141,26 @@ struct DhConsumer {
     for (int i = 0; i < size(D); ++i) store_state(p.dh0, p.dh0_dt, base + state_index(p, col_of(i), v0 + row_of(i)), D(i));
   }
 
-  // One chunk over stage st: dh (float32 [K][V], this CTA's columns at dh0), dN (and its low half)
-  // as [64][V] rows at dn / dnlo. The stage's last read is complete when this returns.
-  __device__ __forceinline__ void chunk(const Stage& st, float* dhc, T* dn, T* dnlo, int V) {
+  // One chunk: dh (float32 [K][V], this CTA's columns at dhc) and dN as [64][V] rows at dn (the
+  // compute type: T, float for kWide) and dnlo (kSplit). `second(tiles)` is called before the
+  // first read of q / w and may wait for them (kWide's Y half-stage). The tiles' last read is
+  // complete when this returns.
+  template <class Second>
+  __device__ __forceinline__ void chunk(DhTiles<E> x, Second&& second, float* dhc, void* dn, T* dnlo, int V) {
     auto thrN = mmaN.get_thread_slice(tid);
     auto thrNss = mmaNss.get_thread_slice(tid);
     auto thrD = mmaD.get_thread_slice(tid);
     auto thrDss = mmaDss.get_thread_slice(tid);
-    E* so = const_cast<E*>(st.o);
-    Tensor tOn = thrNss.partition_fragment_A(make_tensor(make_smem_ptr(so), typename L::VcByTokMN{}));
-    Tensor tA = thrNss.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.a)), typename L::VcByTokMN{}));
-    Tensor tK = thrN.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.k)), typename L::TokByChMN{}));
-    Tensor tOd = thrDss.partition_fragment_A(make_tensor(make_smem_ptr(so), typename L::VcByTokMN{}));
-    Tensor tQ = thrDss.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.q)), typename L::ChByTokMN{}));
-    // register A operands, the accumulators' element order: dS⁺ᵀ (hi, lo) and −dNᵀ
+    auto smem = [](const E* e) { return make_smem_ptr(const_cast<E*>(e)); };
+    Tensor tOn = thrNss.partition_fragment_A(make_tensor(smem(x.o), typename L::VcByTokMN{}));
+    Tensor tA = thrNss.partition_fragment_B(make_tensor(smem(x.a), typename L::VcByTokMN{}));
+    Tensor tK = thrN.partition_fragment_B(make_tensor(smem(x.k), typename L::TokByChMN{}));
+    Tensor tOd = thrDss.partition_fragment_A(make_tensor(smem(x.o), typename L::VcByTokMN{}));
+    // register A operands, the accumulators' element order: dS⁺ᵀ (hi, lo) and −dNᵀ (hi, lo)
     Tensor Sa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{});
-    Tensor Sl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<SPLIT ? kK / 16 : 1>>{});
+    Tensor Sl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kLoS ? kK / 16 : 1>>{});
     Tensor Na = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+    Tensor Nl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kWide ? kC / 16 : 1>>{});
 
     // dh[c] = dS⁺: each warp store covers 4 channels x 8 consecutive V columns (32-byte pieces)
     float* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
@@ -119,64 +169,128 @@ struct DhConsumer {
 #pragma unroll
     for (int i = 0; i < size(D); ++i) {
       Sa(i) = E(D(i));
-      if constexpr (SPLIT) Sl(i) = E(D(i) - static_cast<float>(Sa(i)));
+      if constexpr (kLoS) Sl(i) = E(D(i) - static_cast<float>(Sa(i)));
     }
     // dS = e^{γ_C} dS⁺ (dSᵀ: columns are channels), before any wgmma of this chunk is in flight
 #pragma unroll
-    for (int i = 0; i < size(D); ++i) D(i) *= st.ge[col_of(i)];
+    for (int i = 0; i < size(D); ++i) D(i) *= x.ge[col_of(i)];
     fence_regs(Sa);
-    if constexpr (SPLIT) fence_regs(Sl);
+    if constexpr (kLoS) fence_regs(Sl);
     fence_regs(D);
     fence_regs(Nt);
     warpgroup_arrive();
     wg_gemm<true>(mmaNss, tOn, tA, Nt);  // dNᵀ = dOᵀ Aqk
+    if constexpr (kWide) {
+      Tensor tAl = thrNss.partition_fragment_B(make_tensor(smem(x.alo), typename L::VcByTokMN{}));
+      wg_gemm<false>(mmaNss, tOn, tAl, Nt);
+    }
     wg_gemm<false>(mmaN, Sa, tK, Nt);    //      + dS⁺ᵀ Kgᵀ
-    if constexpr (SPLIT) {
-      Tensor tKl = thrN.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.klo)), typename L::TokByChMN{}));
+    if constexpr (kLoS) {
+      Tensor tKl = thrN.partition_fragment_B(make_tensor(smem(x.klo), typename L::TokByChMN{}));
       wg_gemm<false>(mmaN, Sl, tK, Nt);
       wg_gemm<false>(mmaN, Sa, tKl, Nt);
     }
     warpgroup_commit_batch();
-    wg_gemm<false>(mmaDss, tOd, tQ, D);  // dSᵀ += dOᵀ Qg
-    warpgroup_commit_batch();
+    second(x);
+    {
+      Tensor tQ = thrDss.partition_fragment_B(make_tensor(smem(x.q), typename L::ChByTokMN{}));
+      warpgroup_arrive();
+      wg_gemm<false>(mmaDss, tOd, tQ, D);  // dSᵀ += dOᵀ Qg
+      if constexpr (kWide) {
+        Tensor tQl = thrDss.partition_fragment_B(make_tensor(smem(x.qlo), typename L::ChByTokMN{}));
+        wg_gemm<false>(mmaDss, tOd, tQl, D);
+      }
+      warpgroup_commit_batch();
+    }
     warpgroup_wait<1>();  // dNᵀ (dOᵀ Qg may still run)
     fence_regs(Nt);
     if constexpr (DELTA) {  // dSᵀ −= dNᵀ W: issued before dN's stores, which it overlaps
 #pragma unroll
-      for (int i = 0; i < size(Nt); ++i) Na(i) = E(-Nt(i));
-      Tensor tW = thrD.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.w)), typename L::ChByTokMN{}));
+      for (int i = 0; i < size(Nt); ++i) {
+        Na(i) = E(-Nt(i));
+        if constexpr (kWide) Nl(i) = E(-Nt(i) - static_cast<float>(Na(i)));
+      }
+      Tensor tW = thrD.partition_fragment_B(make_tensor(smem(x.w), typename L::ChByTokMN{}));
       fence_regs(Na);
+      if constexpr (kWide) fence_regs(Nl);
       warpgroup_arrive();
       wg_gemm<false>(mmaD, Na, tW, D);
+      if constexpr (kWide) {
+        Tensor tWl = thrD.partition_fragment_B(make_tensor(smem(x.wlo), typename L::ChByTokMN{}));
+        wg_gemm<false>(mmaD, Nl, tW, D);
+        wg_gemm<false>(mmaD, Na, tWl, D);
+      }
       warpgroup_commit_batch();
     }
-    // dN rows: each 8x8 (V column, token) block transposed in registers (4-byte stores of two
-    // adjacent columns of one token); a chunk's 64 rows all exist in the workspace
-    const int64_t off = static_cast<int64_t>(g) * V + 16 * warp + 2 * t;
+    if constexpr (kWide) {
+      // dN in float32: element i is (V column row_of(i), token col_of(i)); a warp store covers 4
+      // tokens x 8 consecutive columns
+      float* dnw = static_cast<float*>(dn) + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
 #pragma unroll
-    for (int nb = 0; nb < kC / 8; ++nb)
+      for (int i = 0; i < size(Nt); ++i) dnw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = Nt(i);
+    } else {
+      // dN rows: each 8x8 (V column, token) block transposed in registers (4-byte stores of two
+      // adjacent columns of one token); a chunk's 64 rows all exist in the workspace
+      const int64_t off = static_cast<int64_t>(g) * V + 16 * warp + 2 * t;
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float x0 = Nt(4 * nb + 2 * hh), x1 = Nt(4 * nb + 2 * hh + 1);
-        const int64_t o = off + static_cast<int64_t>(8 * nb) * V + 8 * hh;
-        *reinterpret_cast<uint32_t*>(dn + o) = movmatrix_trans(pack2<T>(x0, x1));
-        if constexpr (SPLIT) {
-          const float l0 = x0 - to_f(from_f<T>(x0)), l1 = x1 - to_f(from_f<T>(x1));
-          *reinterpret_cast<uint32_t*>(dnlo + o) = movmatrix_trans(pack2<T>(l0, l1));
+      for (int nb = 0; nb < kC / 8; ++nb)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float x0 = Nt(4 * nb + 2 * hh), x1 = Nt(4 * nb + 2 * hh + 1);
+          const int64_t o = off + static_cast<int64_t>(8 * nb) * V + 8 * hh;
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(dn) + o) = movmatrix_trans(pack2<T>(x0, x1));
+          if constexpr (kLoS) {
+            const float l0 = x0 - to_f(from_f<T>(x0)), l1 = x1 - to_f(from_f<T>(x1));
+            *reinterpret_cast<uint32_t*>(dnlo + o) = movmatrix_trans(pack2<T>(l0, l1));
+          }
         }
-      }
+    }
     warpgroup_wait<0>();
     fence_regs(D);
   }
 };
 
+// A float32 tile (ROWS x COLS, dense rows) into bf16 hi and lo tiles at the same swizzled offsets
+// (piece(r, c) + (c & 7)), by the 128 threads of the producer: every load of the tile in flight at
+// once (COLS / 4 float4 a row), then the conversions and 8-byte shared stores.
+template <int ROWS, int COLS, class Piece>
+__device__ __forceinline__ void split_tile(cutlass::bfloat16_t* hi, cutlass::bfloat16_t* lo, const float* src, int tid,
+                                           Piece&& piece) {
+  constexpr int per_row = COLS / 4, n = ROWS * per_row / kThreads;
+  float4 v[n];
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const int e = j * kThreads + tid;
+    v[j] = __ldg(reinterpret_cast<const float4*>(src) + e);
+  }
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const int e = j * kThreads + tid, r = e / per_row, c = (e % per_row) * 4;
+    const float x[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+    uint32_t h[2], l[2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const __nv_bfloat162 hb = __floats2bfloat162_rn(x[2 * m], x[2 * m + 1]);
+      const float2 hf = __bfloat1622float2(hb);
+      const __nv_bfloat162 lb = __floats2bfloat162_rn(x[2 * m] - hf.x, x[2 * m + 1] - hf.y);
+      h[m] = *reinterpret_cast<const uint32_t*>(&hb);
+      l[m] = *reinterpret_cast<const uint32_t*>(&lb);
+    }
+    const int off = piece(r, c) + (c & 7);
+    *reinterpret_cast<uint2*>(hi + off) = make_uint2(h[0], h[1]);
+    *reinterpret_cast<uint2*>(lo + off) = make_uint2(l[0], l[1]);
+  }
+}
+
 // One CTA per (sequence n, value head, V tile): warpgroup 0 stages chunks last to first, warpgroup 1
-// runs DhConsumer.
-template <class T, bool DELTA, bool SPLIT, int STAGES>
+// runs DhConsumer. The 16-bit forms: a ring of STAGES chunks, copied by cp.async.
+template <class T, bool DELTA, DhForm FORM, int STAGES>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const bwd::DhParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Consumer = DhConsumer<T, DELTA, SPLIT>;
-  using Smem = DhSmem<typename Consumer::E, DELTA, SPLIT, STAGES>;
+  static_assert(FORM != DhForm::kWide, "chunk_dh_wide_wgmma_kernel");
+  constexpr bool SPLIT = FORM == DhForm::kSplit;
+  using Consumer = DhConsumer<T, DELTA, FORM>;
+  using Smem = DhSmem<typename Consumer::E, DELTA, FORM, STAGES>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
@@ -229,18 +343,107 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
     T* dn = static_cast<T*>(p.dN) + blk * kC * V + v0;
     T* dnlo = SPLIT ? static_cast<T*>(p.dN_lo) + blk * kC * V + v0 : nullptr;
-    cons.chunk(sm.st[it % STAGES], p.dh + blk * kK * V + v0, dn, dnlo, V);
+    cons.chunk(sm.st[it % STAGES].tiles(), [](const auto&) {}, p.dh + blk * kK * V + v0, dn, dnlo, V);
     Bar::arrive(&sm.empty[it % STAGES]);
   }
   cons.store(p, n, hv, v0);
 #endif
 }
 
-template <class T, bool DELTA, bool SPLIT, int STAGES>
+// The float32 form on bfloat16 inputs (DhForm::kWide): Aqk, KgT, Qg, W read in float32 and split
+// into bf16 hi + lo by the producer, dO read from the caller's bf16 rows (DhParams::d_o16); half-
+// stages X and Y of each chunk in a ring of three slots (DhWideSlot).
+template <bool DELTA>
+__global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(const bwd::DhParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = __nv_bfloat16;
+  using Consumer = DhConsumer<T, DELTA, DhForm::kWide>;
+  using E = typename Consumer::E;
+  constexpr int kSlots = 3;
+  using Smem = DhSmem<E, DELTA, DhForm::kWide, kSlots>;
+  extern __shared__ unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
+  const int V = p.V, HV = p.HV;
+  const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
+  const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
+  const SeqInfo si = p.seqs[n];
+  const int nch = (si.len + kC - 1) / kC;
+  using Bar = cutlass::arch::ClusterBarrier;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      Bar::init(&sm.full[s], kThreads);
+      Bar::init(&sm.empty[s], kThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();  // the initialised barriers before any use; the last block-wide barrier
+
+  if (wg == 0) {  // the producer: half-step h stages X (h even) or Y (h odd) of chunk nch - 1 - h / 2
+    const int64_t os = static_cast<int64_t>(HV) * V;
+    const float* Aqk = static_cast<const float*>(p.Aqk);
+    const float* KgT = static_cast<const float*>(p.KgT);
+    const float* Qg = static_cast<const float*>(p.Qg);
+    const float* W = static_cast<const float*>(p.W);
+    for (int h = 0; h < 2 * nch; ++h) {
+      if (h >= kSlots) Bar::wait(&sm.empty[h % kSlots], ((h / kSlots) - 1) & 1);
+      auto& sl = sm.st[h % kSlots];
+      E* t = sl.t;
+      const int ci = nch - 1 - h / 2;
+      const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+      if ((h & 1) == 0) {
+        copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(t + 3 * DhWideSlot<E>::kTile),
+                                      static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
+                                          static_cast<int64_t>(hv) * V + v0,
+                                      os, tid, min(kC, si.len - ci * kC));
+        tile_copy<float, 1, kK, kThreads>(sl.ge, kK, p.gexp + blk * kK, kK, tid);
+        split_tile<kC, kC>(t, t + kC * kC, Aqk + blk * kC * kC, tid, [](int r, int c) { return kmajor_off<kC>(r, c); });
+        split_tile<kK, kC>(t + DhWideSlot<E>::kTile, t + 2 * DhWideSlot<E>::kTile, KgT + blk * kK * kC, tid,
+                           [](int r, int c) { return kmajor_off<kK>(r, c); });
+        cp_wait<0>();
+      } else {
+        split_tile<kC, kK>(t, t + DhWideSlot<E>::kTile, Qg + blk * kC * kK, tid, [](int r, int c) { return mnmajor_off(c, r); });
+        if constexpr (DELTA)
+          split_tile<kC, kK>(t + 2 * DhWideSlot<E>::kTile, t + 3 * DhWideSlot<E>::kTile, W + blk * kC * kK, tid,
+                             [](int r, int c) { return mnmajor_off(c, r); });
+      }
+      cutlass::arch::fence_view_async_shared();  // this thread's shared stores -> the consumer's wgmmas
+      Bar::arrive(&sm.full[h % kSlots]);
+    }
+    return;
+  }
+
+  Consumer cons;
+  cons.init(p, n, hv, v0, tid);
+  for (int it = 0; it < nch; ++it) {
+    const int ci = nch - 1 - it;
+    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+    const int hx = 2 * it, hy = 2 * it + 1;
+    const auto& X = sm.st[hx % kSlots];
+    const auto& Y = sm.st[hy % kSlots];
+    Bar::wait(&sm.full[hx % kSlots], (hx / kSlots) & 1);
+    cutlass::arch::fence_view_async_shared();
+    DhTiles<E> x{Y.w(), Y.wlo(), Y.q(), Y.qlo(), X.k(), X.klo(), X.a(), X.alo(), X.o(), X.ge};
+    auto second = [&](const DhTiles<E>&) {
+      Bar::wait(&sm.full[hy % kSlots], (hy / kSlots) & 1);
+      cutlass::arch::fence_view_async_shared();
+    };
+    cons.chunk(x, second, p.dh + blk * kK * V + v0, static_cast<float*>(p.dN) + blk * kC * V + v0, nullptr, V);
+    Bar::arrive(&sm.empty[hx % kSlots]);
+    Bar::arrive(&sm.empty[hy % kSlots]);
+  }
+  cons.store(p, n, hv, v0);
+#endif
+}
+
+template <class T, bool DELTA, DhForm FORM, int STAGES>
 cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
-  auto kernel = chunk_dh_wgmma_kernel<T, DELTA, SPLIT, STAGES>;
+  auto kernel = [] {
+    if constexpr (FORM == DhForm::kWide) return chunk_dh_wide_wgmma_kernel<DELTA>;
+    else return chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>;
+  }();
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(DhSmem<typename Atoms<T>::E, DELTA, SPLIT, STAGES>)) + 1024;
+  constexpr int smem = static_cast<int>(sizeof(DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(p.V / kVT, p.HV, p.N), 2 * kThreads, smem, s>>>(p);
@@ -249,11 +452,18 @@ cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
 
 // The instantiations of one 16-bit type (chunk_dh_wgmma_{bf16,fp16}.cu): three stages (two chunks
 // in flight), two in the split form (a stage is 80.5 KB). The split form has the delta rule only
-// (config::compute_of: GLA and simple GLA never split; dh_wgmma_applies).
+// (config::compute_of: GLA and simple GLA never split); the float32 form reads float32 operands
+// (d_o16 set: bf16 inputs only).
 template <class T>
 cudaError_t launch_dh_type(const bwd::DhParams& p, cudaStream_t s) {
-  if (p.delta) return p.KgT_lo ? launch_dh<T, true, true, 2>(p, s) : launch_dh<T, true, false, 3>(p, s);
-  return launch_dh<T, false, false, 3>(p, s);
+  if (p.d_o16) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      return p.delta ? launch_dh<T, true, DhForm::kWide, 3>(p, s) : launch_dh<T, false, DhForm::kWide, 3>(p, s);
+    return cudaErrorInvalidValue;
+  }
+  if (p.delta)
+    return p.KgT_lo ? launch_dh<T, true, DhForm::kSplit, 2>(p, s) : launch_dh<T, true, DhForm::kSixteen, 3>(p, s);
+  return launch_dh<T, false, DhForm::kSixteen, 3>(p, s);
 }
 
 }  // namespace wgmma_recurrence

@@ -84,6 +84,9 @@ cudaError_t launch_dh_wgmma_fp16(const DhParams& p, cudaStream_t s);
 
 bool dh_wgmma_applies(int dtype, const DhParams& p) {
   const bool split = p.KgT_lo != nullptr;
+  if (p.d_o16)  // the float32 form on bf16 inputs
+    return dtype == 2 && !split && p.dN_lo == nullptr && (!p.delta || p.W != nullptr) &&
+           kern::recurrence_wgmma_supported(1, p.K, p.V);
   return kern::recurrence_wgmma_supported(dtype, p.K, p.V) && (split == (p.dN_lo != nullptr)) && (!split || p.delta) &&
          (!p.delta || p.W != nullptr);
 }

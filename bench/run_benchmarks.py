@@ -307,7 +307,7 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true",
                    help="tiny problems through the real code paths; mock ops stand in for what is missing")
     p.add_argument("--ops", default=None,
-                   help="comma-separated variant keys, families or shape keys to run (e.g. kda,gdn_gva or varlen-seed003x4)")
+                   help="comma-separated variant keys, families, shape keys or VARIANT@SHAPE pairs to run (e.g. kda,gdn_gva or varlen-seed003x4)")
     p.add_argument("--directions", default="fwd,fwdbwd", help="fwd, fwdbwd (comma-separated)")
     p.add_argument("--varlen-all", action="store_true", help="the whole varlen grid for every variant")
     p.add_argument("--no-varlen", action="store_true")
@@ -341,9 +341,18 @@ def parse_args(argv=None):
 
 
 def select(items, ops, directions):
+    """--ops: the union of its comma-separated tokens; a token VARIANT@SHAPE (variant key or family,
+    shape key) selects the items of both."""
     if ops:
         want = set(ops.split(","))
-        items = [it for it in items if it[0].key in want or it[0].family in want or it[1].key in want]
+        pairs = {tuple(w.split("@", 1)) for w in want if "@" in w}
+
+        def hit(it):
+            if it[0].key in want or it[0].family in want or it[1].key in want:
+                return True
+            return any((it[0].key == a or it[0].family == a) and it[1].key == b for a, b in pairs)
+
+        items = [it for it in items if hit(it)]
     return items
 
 

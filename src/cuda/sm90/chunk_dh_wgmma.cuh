@@ -392,15 +392,30 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(co
       const int ci = nch - 1 - h / 2;
       const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
       if ((h & 1) == 0) {
-        copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(t + 3 * DhWideSlot<E>::kTile),
-                                      static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
-                                          static_cast<int64_t>(hv) * V + v0,
-                                      os, tid, min(kC, si.len - ci * kC));
-        tile_copy<float, 1, kK, kThreads>(sl.ge, kK, p.gexp + blk * kK, kK, tid);
+        // dO rows (zero past the sequence's end) and exp(γ_C) by plain loads, like the split
+        // tiles: every write to a slot is then this thread's own shared store, released by its
+        // arrive below (cp.async data would need the barrier to track it, and a slot's bytes
+        // belong to different threads in X and Y)
+        const int valid = min(kC, si.len - ci * kC);
+        const T* o0 = static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
+                      static_cast<int64_t>(hv) * V + v0;
+        uint4 ov[kC * kVT / 8 / kThreads];
+#pragma unroll
+        for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
+          const int e = j * kThreads + tid, r = e >> 3, c = (e & 7) * 8;
+          ov[j] = r < valid ? __ldg(reinterpret_cast<const uint4*>(o0 + r * os + c)) : make_uint4(0, 0, 0, 0);
+        }
+        float4 gv = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (tid < kK / 4) gv = __ldg(reinterpret_cast<const float4*>(p.gexp + blk * kK) + tid);
         split_tile<kC, kC>(t, t + kC * kC, Aqk + blk * kC * kC, tid, [](int r, int c) { return kmajor_off<kC>(r, c); });
         split_tile<kK, kC>(t + DhWideSlot<E>::kTile, t + 2 * DhWideSlot<E>::kTile, KgT + blk * kK * kC, tid,
                            [](int r, int c) { return kmajor_off<kK>(r, c); });
-        cp_wait<0>();
+#pragma unroll
+        for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
+          const int e = j * kThreads + tid;
+          *reinterpret_cast<uint4*>(t + 3 * DhWideSlot<E>::kTile + kmajor_off<kC>(e >> 3, (e & 7) * 8)) = ov[j];
+        }
+        if (tid < kK / 4) reinterpret_cast<float4*>(sl.ge)[tid] = gv;
       } else {
         split_tile<kC, kK>(t, t + DhWideSlot<E>::kTile, Qg + blk * kC * kK, tid, [](int r, int c) { return mnmajor_off(c, r); });
         if constexpr (DELTA)

@@ -578,9 +578,11 @@ struct FrontOutputs {
 
 // chunk_prep in its backward form (M⁻¹, the split form's low halves) and the state pass: the
 // intermediates the backward reads, recomputed by the backward or kept by a forward with a saved
-// buffer (the same kernels with the same inputs: bitwise the same values).
+// buffer (the same kernels with the same inputs: bitwise the same values). A timer (benchmarks)
+// gets a "state" mark between the two.
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
-                 const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st) {
+                 const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st,
+                 StageTimer* timer = nullptr) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   if (p.num_chunks > 0) {
@@ -604,6 +606,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     }
     e = kern::launch_prep(cdt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
+    if (timer) timer->mark("state", st);
   }
   if (p.N > 0) {
     kern::StateParams sp{};
@@ -764,7 +767,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   auto mark = [&](const char* next) {
     if (timer) timer->mark(next, st);
   };
-  mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep+state"));
+  mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep"));
   if (pl.widen && tokens > 0) {
     const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
     float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
@@ -775,11 +778,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     k_in = dst[1];
     v_in = dst[2];
     do_in = dst[3];
-    mark(from_saved ? "pass1" : "prep+state");
+    mark(from_saved ? "pass1" : "prep");
   }
   if (!from_saved) {
     // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
-    if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st); !fs.ok()) return fs;
+    if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st, timer); !fs.ok())
+      return fs;
     mark("pass1");
   }
   if (p.N > 0) {

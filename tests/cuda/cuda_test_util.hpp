@@ -197,6 +197,39 @@ inline std::vector<Case> no_delta_cases(Family fam, Pass pass) {
   return v;
 }
 
+// The cases of the Hopper kernels (K = 128, V >= 128): every option of the family (option_cases or
+// no_delta_cases), then a varlen layout with empty sequences first, inside and last and lengths
+// around the chunk, and an odd length at V = 256 (four V tiles) with GVA; both with an initial
+// state and the state output (forward) or dht (backward).
+inline std::vector<Case> hopper_cases(Family fam, Pass pass) {
+  const bool delta = fam == Family::kKDA || fam == Family::kGDN;
+  std::vector<Case> v = delta ? option_cases(fam, pass) : no_delta_cases(fam, pass);
+  {
+    Case c = v.front();
+    c.B = 1;
+    c.cu = {0, 0, 1, 64, 64, 193, 258, 258};
+    c.T = 258;
+    c.h0 = true;
+    ask_state(c, pass);
+    v.push_back(c);
+  }
+  {
+    Case c = v.front();
+    c.T = 317;
+    c.H = 1;
+    c.HV = 2;
+    c.V = 256;
+    c.h0 = true;
+    ask_state(c, pass);
+    v.push_back(c);
+  }
+  for (Case& c : v) {
+    c.K = 128;
+    if (c.V < 128) c.V = 128;
+  }
+  return v;
+}
+
 struct Inputs {
   HostTensor q, k, v, g, beta, A_log, dt_bias, h0, cu, d_o, dht, g_gamma;
   int64_t N = 0, NT = 0;  // sequences, chunks (NT_total)

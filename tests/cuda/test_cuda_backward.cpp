@@ -137,6 +137,20 @@ void check_case(const Case& c, bool api = false, BwdPath path = BwdPath::kAuto) 
   }
 }
 
+// Two calls of `path` on the same inputs give bitwise the same gradients.
+void expect_repeatable(const Case& c, BwdPath path) {
+  SCOPED_TRACE(c.name() + " path " + path_name(path));
+  const Inputs x = make_inputs(c, /*backward=*/true);
+  Grads a, b;
+  ASSERT_TRUE(run_cuda(c, x, &a, false, path).ok());
+  ASSERT_TRUE(run_cuda(c, x, &b, false, path).ok());
+  for (int i = 0; i < kNumGrads; ++i) {
+    if (!a.at(i)->present()) continue;
+    EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
+        << kGradNames[i] << " differs between runs";
+  }
+}
+
 TEST(CudaBackward, KdaSmallOptions) {
   SKIP_WITHOUT_GPU();
   for (DType dt : kDtypes)
@@ -254,16 +268,7 @@ TEST(CudaBackward, SmallDeterministic) {
       c.h0 = true;
       c.dht = true;
       c.gate = Gate::kSoftplus;
-      SCOPED_TRACE(c.name() + " path " + path_name(r.path));
-      const Inputs x = make_inputs(c, /*backward=*/true);
-      Grads a, b;
-      ASSERT_TRUE(run_cuda(c, x, &a, false, r.path).ok());
-      ASSERT_TRUE(run_cuda(c, x, &b, false, r.path).ok());
-      for (int i = 0; i < kNumGrads; ++i) {
-        if (!a.at(i)->present()) continue;
-        EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
-            << kGradNames[i] << " differs between runs";
-      }
+      expect_repeatable(c, r.path);
     }
 }
 
@@ -441,53 +446,19 @@ TEST(CudaBackward, SmallHopperPass1EveryOption) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
     const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-    std::vector<Case> cases = delta ? option_cases(fam, Pass::kBackward) : no_delta_cases(fam, Pass::kBackward);
-    {  // varlen: empty sequences first, inside and last, lengths around the chunk
-      Case c = cases.front();
-      c.B = 1;
-      c.cu = {0, 0, 1, 64, 64, 193, 258, 258};
-      c.T = 258;
-      c.h0 = true;
-      c.dht = true;
-      cases.push_back(c);
-    }
-    {  // odd length, V = 256 (four V tiles), GVA
-      Case c = cases.front();
-      c.T = 317;
-      c.H = 1;
-      c.HV = 2;
-      c.V = 256;
-      c.h0 = true;
-      c.dht = true;
-      cases.push_back(c);
-    }
+    const std::vector<Case> cases = hopper_cases(fam, Pass::kBackward);
     const std::vector<BwdPath> paths = delta ? std::vector<BwdPath>{BwdPath::kSplit, BwdPath::kFast16, BwdPath::kFloat32}
                                              : std::vector<BwdPath>{BwdPath::kAuto, BwdPath::kFloat32};
     for (DType dt : {DType::kBFloat16, DType::kFloat16})
       for (Case c : cases) {
         c.dt = dt;
-        c.K = 128;
-        if (c.V < 128) c.V = 128;
         for (BwdPath path : paths) check_case(c, false, path);
       }
     Case c = cases.front();
-    c.K = 128;
-    c.V = 128;
     c.T = 1000;
     c.h0 = true;
     c.dht = true;
-    const Inputs x = make_inputs(c, /*backward=*/true);
-    for (BwdPath path : paths) {
-      SCOPED_TRACE(c.name() + " path " + path_name(path));
-      Grads a, b;
-      ASSERT_TRUE(run_cuda(c, x, &a, false, path).ok());
-      ASSERT_TRUE(run_cuda(c, x, &b, false, path).ok());
-      for (int i = 0; i < kNumGrads; ++i) {
-        if (!a.at(i)->present()) continue;
-        EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
-            << kGradNames[i] << " differs between runs";
-      }
-    }
+    for (BwdPath path : paths) expect_repeatable(c, path);
     if (delta) {  // dA_log / ddt_bias (sums over every token) in the default form, bf16, K = 128
       Case v;
       v.fam = fam;
@@ -901,16 +872,7 @@ TEST(CudaBackward, NoDeltaSmallPathsAndDeterminism) {
         c.dht = true;
         // fast16 is held to SPEC here (check_case: no delta-rule cancellation to loosen it for)
         check_case(c, false, path);
-        SCOPED_TRACE(c.name() + " path " + path_name(path));
-        const Inputs x = make_inputs(c, /*backward=*/true);
-        Grads a, b;
-        ASSERT_TRUE(run_cuda(c, x, &a, false, path).ok());
-        ASSERT_TRUE(run_cuda(c, x, &b, false, path).ok());
-        for (int i = 0; i < kNumGrads; ++i) {
-          if (!a.at(i)->present()) continue;
-          EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
-              << kGradNames[i] << " differs between runs";
-        }
+        expect_repeatable(c, path);
       }
 }
 

@@ -450,38 +450,13 @@ TEST(CudaForward, NoDeltaLongAndDeterministic) {
 TEST(CudaForward, SmallHopperPassEveryOption) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA}) {
-    const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-    std::vector<Case> cases = delta ? option_cases(fam, Pass::kForward) : no_delta_cases(fam, Pass::kForward);
-    {  // varlen: empty sequences first, inside and last, lengths around the chunk
-      Case c = cases.front();
-      c.B = 1;
-      c.cu = {0, 0, 1, 64, 64, 193, 258, 258};
-      c.T = 258;
-      c.h0 = true;
-      c.final_state = true;
-      cases.push_back(c);
-    }
-    {  // odd length, V = 256 (four V tiles), GVA
-      Case c = cases.front();
-      c.T = 317;
-      c.H = 1;
-      c.HV = 2;
-      c.V = 256;
-      c.h0 = true;
-      c.final_state = true;
-      cases.push_back(c);
-    }
     for (DType dt : {DType::kBFloat16, DType::kFloat16})
-      for (Case c : cases) {
+      for (Case c : hopper_cases(fam, Pass::kForward)) {
         c.dt = dt;
-        c.K = 128;
-        if (c.V < 128) c.V = 128;
         c.inter = false;  // h: the mma.sync pass
         check_case(c);
       }
-    Case c = cases.front();
-    c.K = 128;
-    c.V = 128;
+    Case c = hopper_cases(fam, Pass::kForward).front();
     c.T = 1000;
     c.h0 = true;
     c.final_state = true;

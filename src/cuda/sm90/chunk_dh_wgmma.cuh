@@ -299,15 +299,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   using Bar = cutlass::arch::ClusterBarrier;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      Bar::init(&sm.full[s], kThreads);
-      Bar::init(&sm.empty[s], kThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();  // the initialised barriers before any use; the last block-wide barrier
+  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
   if (wg == 0) {  // the producer: step it stages chunk nch - 1 - it once its buffer is released
     const int64_t os = static_cast<int64_t>(HV) * V;
@@ -369,15 +361,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(co
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
   using Bar = cutlass::arch::ClusterBarrier;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      Bar::init(&sm.full[s], kThreads);
-      Bar::init(&sm.empty[s], kThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();  // the initialised barriers before any use; the last block-wide barrier
+  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
   if (wg == 0) {  // the producer: half-step h stages X (h even) or Y (h odd) of chunk nch - 1 - h / 2
     const int64_t os = static_cast<int64_t>(HV) * V;

@@ -56,15 +56,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   const int nch = (si.len + kC - 1) / kC;
   const int hk = hv / p.G;
   using Bar = cutlass::arch::ClusterBarrier;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      Bar::init(&sm.full[s], kThreads);
-      Bar::init(&sm.empty[s], kThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();  // the initialised barriers before any use; the last block-wide barrier
+  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
   if (wg == 0) {  // the producer: stage ci as soon as the consumer has released its buffer
     const bool vrows = !DELTA && p.v_raw != nullptr;

@@ -128,6 +128,22 @@ __device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw
   return smem_raw + pad;
 }
 
+// The full / empty mbarriers of a producer / consumer ring of STAGES slots (kThreads arrivals each:
+// one warpgroup on either side), initialised by thread 0 and published by the block's last
+// __syncthreads (every later wait is on these barriers).
+template <int STAGES>
+__device__ __forceinline__ void init_ring_barriers(uint64_t (&full)[STAGES], uint64_t (&empty)[STAGES]) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], kThreads);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
 template <class Acc>
 __device__ __forceinline__ void fence_regs(Acc& a) {
   warpgroup_fence_operand(a);

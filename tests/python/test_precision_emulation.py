@@ -117,3 +117,16 @@ def test_tf32x3_operand_models():
         assert np.all(np.sign(got) == np.sign(r))
         exact = emu._tf32_trunc(r)  # already TF32: represented exactly
         assert np.array_equal(fn(exact), exact)
+
+
+def test_plain_sites_round_to_the_plain_type():
+    # --plain: those sites (of the switched-on ones) take one 16-bit rounding, the rest the site dtype
+    x = np.array([1.0 + 2.0**-10, -3.0 + 2.0**-12, 0.1])
+    rnd = emu.Rounding({"W", "U"}, "bf16x2", plain={"W", "Qg"})
+    assert rnd.plain == frozenset({"W"})  # Qg is not switched on: passes through exactly
+    np.testing.assert_array_equal(rnd(x, "W"), emu.bf16(x))
+    np.testing.assert_array_equal(rnd(x, "U"), emu.bf16x2(x))
+    np.testing.assert_array_equal(rnd(x, "Qg"), x)
+    assert np.any(emu.bf16(x) != emu.bf16x2(x))  # the two roundings differ on these values
+    with pytest.raises(ValueError):
+        emu.Rounding({"W"}, "bf16x2", plain={"nope"})

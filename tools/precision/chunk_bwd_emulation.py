@@ -118,14 +118,19 @@ SITE_ROUNDERS = dict(ROUNDERS, tf32x3=tf32x3, tf32x3t=tf32x3t, tf32x3tt=tf32x3tt
 class Rounding:
     """Rounds a value to 16 bits at the sites switched on, passes float64 through elsewhere."""
 
-    def __init__(self, sites=(), dtype="bf16"):
-        unknown = set(sites) - set(SITES)
+    def __init__(self, sites=(), dtype="bf16", plain=(), plain_dtype="bf16"):
+        unknown = (set(sites) | set(plain)) - set(SITES)
         if unknown:
             raise ValueError(f"unknown sites {sorted(unknown)}; known: {', '.join(SITES)}")
         self.sites = frozenset(sites)
         self.fn = SITE_ROUNDERS[dtype]
+        # sites rounded to the plain 16-bit type instead (one operand, one product), whatever dtype is
+        self.plain = frozenset(plain) & self.sites
+        self.plain_fn = ROUNDERS[plain_dtype]
 
     def __call__(self, x, site):
+        if site in self.plain:
+            return self.plain_fn(x)
         return self.fn(x) if site in self.sites else np.asarray(x, dtype=np.float64)
 
 
@@ -556,6 +561,9 @@ def main(argv=None):
                     help="gate gradients accumulated in float32: dgamma terms, reverse cumsum, finish sums")
     ap.add_argument("--dg-pairs", action="store_true",
                     help="dg_t from the terms straddling t instead of the reverse cumsum of dgamma")
+    ap.add_argument("--plain", default="",
+                    help="sites (of those --round switches on) rounded to the plain 16-bit --dtype instead "
+                         "of --site-dtype: which operands of a bf16x2 form may stay one bfloat16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--draws", type=int, default=1, help="input draws (seeds seed .. seed+draws-1)")
     a = ap.parse_args(argv)
@@ -563,9 +571,9 @@ def main(argv=None):
     if cu and cu[-1] != a.T:
         ap.error("--cu must end at T")
     prob = make_problem(a.family, a.T, a.K, a.V, a.H, a.gate, a.beta_sigmoid, cu)
-    rnd = Rounding(parse_sites(a.round), a.site_dtype or a.dtype)
+    rnd = Rounding(parse_sites(a.round), a.site_dtype or a.dtype, parse_sites(a.plain) if a.plain else (), a.dtype)
     print(f"{a.family} T={a.T} K={a.K} V={a.V} H={a.H} gate={a.gate} beta_sigmoid={a.beta_sigmoid} "
-          f"dtype={a.dtype} site_dtype={a.site_dtype or a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'} gamma={a.gamma} f32acc={a.f32acc} dg_pairs={a.dg_pairs}")
+          f"dtype={a.dtype} site_dtype={a.site_dtype or a.dtype} sites={','.join(s for s in SITES if s in rnd.sites) or 'none'} plain={','.join(s for s in SITES if s in rnd.plain) or 'none'} gamma={a.gamma} f32acc={a.f32acc} dg_pairs={a.dg_pairs}")
     errs = []
     for d in range(a.draws):
         x = make_inputs(prob, np.random.default_rng(a.seed + d), a.dtype)

@@ -49,7 +49,7 @@ enum linattn_backward_precision {
   LINATTN_BACKWARD_AUTO = 0,   /* default: split for 16-bit inputs, float32 with A_log / dt_bias or K = 256 */
   LINATTN_BACKWARD_SPLIT = 1,  /* 16-bit with hi + lo halves where accuracy needs them */
   LINATTN_BACKWARD_FAST16 = 2, /* 16-bit alone: fastest, dbeta / gate gradients can miss SPEC */
-  LINATTN_BACKWARD_FLOAT32 = 3 /* float32 throughout */
+  LINATTN_BACKWARD_FLOAT32 = 3 /* float32 compute (see linattn.hpp) */
 };
 
 typedef struct linattn_options {

@@ -63,7 +63,7 @@ def chunk_gated_delta_rule(
     gradients come back in the inputs' dtypes. The keyword ``backward_precision`` picks another
     form: ``"split"`` (the hi + lo form always; the A_log / dt_bias gradients can then miss
     SPEC's 1e-2), ``"fast16"`` (the 16-bit type alone: fastest; dβ can miss it too),
-    ``"float32"`` (float32 throughout); ``"auto"`` is the default; any other value raises
+    ``"float32"`` (float32 compute, float32-grade operands); ``"auto"`` is the default; any other value raises
     ``ValueError``. The CPU backend ignores it.
 
     Args:

@@ -64,7 +64,7 @@ _INPUT_NAMES = ("g", "g_gamma", "beta", "A_log", "dt_bias", "initial_state", "cu
 #: gradients are asked for (the in-kernel gate) or at K = 256; every gradient within SPEC.
 #: ``"split"``: the hi + lo form always (``dA_log`` / ``ddt_bias`` can miss 1e-2). ``"fast16"``:
 #: the 16-bit type alone, fastest (dbeta and the gate gradients can miss 1e-2). ``"float32"``:
-#: float32 throughout, the most accurate. The CPU backend ignores it. A forward with
+#: float32 compute (float32-grade operands), the most accurate. The CPU backend ignores it. A forward with
 #: ``disable_recompute`` writes its saved buffer in this form: give the backward the same value.
 BACKWARD_PRECISIONS = ("auto", "split", "fast16", "float32")
 

@@ -604,7 +604,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
       pp.U_lo = b.U_lo;
       pp.KgT_lo = b.KgT_lo;
     }
-    e = kern::launch_prep(cdt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
+    e = kern::prep_wgmma_applies(cdt, p.vector_gate, pp) ? kern::launch_prep_wgmma(cdt, p.vector_gate, pp, st)
+                                                         : kern::launch_prep(cdt, p.vector_gate, pp, static_cast<int>(smem.bytes), st);
     if (e != cudaSuccess) return cuda_error("chunk_prep launch (backward form)", e);
     if (timer) timer->mark("state", st);
   }

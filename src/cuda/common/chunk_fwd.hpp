@@ -182,18 +182,19 @@ cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 
 // The same pass on Hopper warpgroup MMAs with the state transposed in registers
 // (sm90/chunk_recurrence_wgmma.cu): sm_90a builds on a compute capability 9.0 device, 16-bit,
-// K = 128, fused_vt = 64, o set, h / hs / vnew / U_lo null. launch_state prefers it where it applies;
-// supported: the build, the device and the shape allow it (config::fused_tile then picks V tile 64).
+// K = 128: the forward's fused pass (fused_vt = 64, o set, h / hs / vnew / U_lo null), or the
+// backward's recompute (h float32 and vnew set, vnew_lo with U_lo; with o also hs, and launch_state
+// runs the output kernel after it). launch_state prefers it where it applies; supported: the
+// build, the device and the shape allow it (config::fused_tile then picks V tile 64).
 bool recurrence_wgmma_supported(int dtype, int K, int V);
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 
 // chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds (and V is 64 or 128
-// where the prep writes U or reads the vector gate), forward outputs only (not the backward's
-// exports Ainv, U_lo, KgT_lo): the scalar gate (GDN; simple GLA without W and U;
-// sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit; the
+// where the prep writes U or reads the vector gate): the scalar gate (GDN; simple GLA without W and
+// U; sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit; the
 // vector gate (KDA, GLA: sm90/intra_chunk_vector_gate.cuh) with Qg, KgT, Aqk, gexp and the delta
-// rule's W, U, bf16.
+// rule's W, U, bf16 — for KDA also the backward's exports (Ainv, and U_lo with KgT_lo or neither).
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p);
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s);
 

@@ -602,8 +602,10 @@ cudaError_t launch_fused(const StateParams& p, int smem, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+// wgmma_recurrence: the recurrence already ran on the Hopper kernel (its recompute form, which
+// writes the same h, hs and V_new); only the output kernel is left.
 template <class T, int K>
-cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s) {
+cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s, bool wgmma_recurrence) {
   if (p.o && !p.hs) {  // fused: V_new, O and the S update in one pass
     if constexpr (kIs16<T>) {
       if (p.fused_vt == 64) return launch_fused<T, K, 64>(p, smem, s);
@@ -611,7 +613,7 @@ cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s) {
     if (p.fused_vt != 32) return cudaErrorInvalidValue;
     return launch_fused<T, K, 32>(p, smem, s);
   }
-  {
+  if (!wgmma_recurrence) {
     auto kernel = chunk_state_kernel<T, K, kVT>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
@@ -634,11 +636,11 @@ cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s) {
 }
 
 template <class T>
-cudaError_t launch_k(const StateParams& p, int smem, cudaStream_t s) {
+cudaError_t launch_k(const StateParams& p, int smem, cudaStream_t s, bool wgmma_recurrence) {
   switch (p.K) {
-    case 64: return launch_t<T, 64>(p, smem, s);
-    case 128: return launch_t<T, 128>(p, smem, s);
-    default: return launch_t<T, 256>(p, smem, s);
+    case 64: return launch_t<T, 64>(p, smem, s, wgmma_recurrence);
+    case 128: return launch_t<T, 128>(p, smem, s, wgmma_recurrence);
+    default: return launch_t<T, 256>(p, smem, s, wgmma_recurrence);
   }
 }
 
@@ -680,12 +682,18 @@ std::size_t state_smem_bytes(int dtype, int K, int stages, int fused_vt, bool ra
 }
 
 cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t s) {
-  if (recurrence_wgmma_applies(dtype, p)) return launch_recurrence_wgmma(dtype, p, s);
-  if (fused_warp_applies(dtype, p)) return launch_fused_warp(dtype, p, s);
+  bool wgmma = false;
+  if (recurrence_wgmma_applies(dtype, p)) {
+    const cudaError_t e = launch_recurrence_wgmma(dtype, p, s);
+    if (e != cudaSuccess || !p.o || p.hs == nullptr) return e;  // the forward's fused pass, or no O
+    wgmma = true;  // the recompute form with hs: the output kernel next
+  } else if (fused_warp_applies(dtype, p)) {
+    return launch_fused_warp(dtype, p, s);
+  }
   switch (dtype) {
-    case 0: return launch_k<__half>(p, smem, s);
-    case 1: return launch_k<__nv_bfloat16>(p, smem, s);
-    default: return launch_k<float>(p, smem, s);
+    case 0: return launch_k<__half>(p, smem, s, wgmma);
+    case 1: return launch_k<__nv_bfloat16>(p, smem, s, wgmma);
+    default: return launch_k<float>(p, smem, s, wgmma);
   }
 }
 

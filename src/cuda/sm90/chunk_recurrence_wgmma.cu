@@ -42,6 +42,10 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 }
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
+  if (p.h)  // the backward's recompute (kRecompute), and a forward that saves it (then hs for the output kernel)
+    return p.h_dt == 2 && p.vnew != nullptr && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) &&
+           (p.U_lo == nullptr || p.delta) && (p.o == nullptr || p.hs != nullptr) && p.trans == nullptr &&
+           p.q_raw == nullptr && p.v_raw == nullptr && recurrence_wgmma_supported(dtype, p.K, p.V);
   return p.fused_vt == 64 && p.o != nullptr && p.hs == nullptr && p.h == nullptr && p.vnew == nullptr &&
          p.U_lo == nullptr && (p.q_raw == nullptr || (p.k_raw != nullptr && p.rowfac != nullptr)) &&
          recurrence_wgmma_supported(dtype, p.K, p.V);
@@ -56,8 +60,9 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 }
 
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
-  const bool common = p.Aqk && p.gexp && p.Ainv == nullptr && p.U_lo == nullptr && p.KgT_lo == nullptr &&
-                      recurrence_wgmma_supported(dtype, p.K, p.V);
+  const bool exports = p.Ainv || p.U_lo || p.KgT_lo;  // the backward's (vector gate with the delta rule only)
+  if (exports && !(vector_gate && p.delta && p.Ainv && (p.U_lo == nullptr) == (p.KgT_lo == nullptr))) return false;
+  const bool common = p.Aqk && p.gexp && recurrence_wgmma_supported(dtype, p.K, p.V);
   // with the delta rule U's V tiles are the prep's: V 64 or 128
   const bool v_tiles = !p.delta || p.V == 64 || p.V == 128;
   if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_gate.cuh says why); GLA reads

@@ -11,9 +11,9 @@
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
-template <class E, bool DELTA, int STAGES>
+template <class E, bool DELTA, int STAGES, PassOut OUT>
 struct alignas(1024) RecurrenceSmem {
-  RecurrenceStage<E, DELTA> st[STAGES];
+  StageOf<E, DELTA, OUT> st[STAGES];
   // full[s]: stage s's copies landed (128 producer arrivals, cp.async.mbarrier.arrive.noinc);
   // empty[s]: the consumer's wgmmas are done with it (128 consumer arrivals)
   alignas(8) uint64_t full[STAGES];
@@ -32,16 +32,21 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 
 // One CTA per (map entry n, value head, V tile). The map is the sequence map, or the sequence-split
 // pass's segments (docs/sequence_split.md): the initial state is read for entry n, the final
-// state written for its sequence by the sequence's last entry. TRANS (that pass's first kernel),
+// state written for its sequence by the sequence's last entry. kTransition (that pass's first kernel),
 // for every entry but a sequence's last: tiles 0 .. V/64 - 1 carry C (from h0 of the sequence in
 // its first segment, else from zero); with the delta rule tiles V/64 .. (V + K)/64 - 1 carry M
 // (from the identity, U = 0; not in a first segment, whose start state is known). The end states
 // go to p.trans, no O. (Without the delta rule M is diagonal: the combine forms it from exp(γ_C).)
-template <class T, bool DELTA, bool RAW, int STAGES, bool TRANS>
+// kRecompute (the backward's recompute; sequence map, no RAW): the state before each chunk and V_new
+// (StateParams::h, vnew, vnew_lo), no O.
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Consumer = RecurrenceConsumer<T, DELTA, RAW, TRANS>;
-  using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES>;
+  constexpr bool TRANS = OUT == PassOut::kTransition;
+  constexpr bool kO = OUT == PassOut::kOutput;
+  static_assert(!RAW || OUT != PassOut::kRecompute, "the recompute reads Qg / KgT");
+  using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT>;
+  using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES, OUT>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
@@ -70,16 +75,16 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
       if constexpr (RAW) {  // raw q / k rows ([tokens][H][K], shared by the value heads of a key head)
         const int64_t rs = static_cast<int64_t>(p.H) * kK;
         const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * kK;
-        if constexpr (!TRANS)
+        if constexpr (kO)
           copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
         copy_mnmajor<T>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
         tile_copy<float, 1, 2 * kC, kThreads>(st.rf, 2 * kC, p.rowfac + blk * 2 * kC, 2 * kC, tid);
       } else {
-        if constexpr (!TRANS)
+        if constexpr (kO)
           copy_kmajor<T, kC, kK, false>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid);
         copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
       }
-      if constexpr (!TRANS)
+      if constexpr (kO)
         copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
       if (mtile) {
         // a transition tile reads no U
@@ -91,6 +96,11 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
                                       vs, tid, valid);
       } else {
         copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.u), static_cast<const T*>(p.U) + blk * kC * V + v0, V, tid);
+        if constexpr (OUT == PassOut::kRecompute && DELTA) {
+          if (p.U_lo)
+            copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.ulo), static_cast<const T*>(p.U_lo) + blk * kC * V + v0,
+                                           V, tid);
+        }
       }
       tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
       // full[s] completes when every producer thread's copies of this stage have landed
@@ -105,12 +115,22 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   cons.init(p, TRANS ? si.seq : n, hv, v0, tid, /*read_h0=*/!TRANS || first);
   if (mtile) cons.init_identity(v0 - V);
   const int64_t ostride = static_cast<int64_t>(HV) * V;
-  T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + (mtile ? 0 : v0);
+  T* og = kO ? static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + v0 : nullptr;
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);  // stage ci's copies landed
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
-    cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride,
-               min(kC, si.len - ci * kC), mtile);
+    if constexpr (OUT == PassOut::kRecompute) {
+      const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+      const typename Consumer::RecomputeOut ro{
+          static_cast<float*>(p.h) + blk * kK * V + Consumer::state_index(V, p.v_first, 0, v0),
+          static_cast<T*>(p.vnew) + blk * kC * V + v0,
+          p.vnew_lo ? static_cast<T*>(p.vnew_lo) + blk * kC * V + v0 : nullptr,
+          p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first};
+      cons.chunk(sm.st[ci % STAGES], nullptr, 0, kC, false, &ro);
+    } else {
+      cons.chunk(sm.st[ci % STAGES], kO ? og + static_cast<int64_t>(si.t0 + ci * kC) * ostride : nullptr, ostride,
+                 min(kC, si.len - ci * kC), mtile);
+    }
     Bar::arrive(&sm.empty[ci % STAGES]);  // every read of stage ci (wgmmas and loads) is done
   }
   if constexpr (TRANS) cons.store_trans(p, n, hv, v0);
@@ -118,11 +138,12 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 #endif
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES, bool TRANS>
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
-  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, TRANS>;
+  constexpr bool TRANS = OUT == PassOut::kTransition;
+  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES>)) + 1024;
+  constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((TRANS && DELTA ? p.V + kK : p.V) / kVT, p.HV, p.N);
@@ -131,17 +152,20 @@ cudaError_t launch(const StateParams& p, cudaStream_t s) {
 }
 
 // The instantiations of one 16-bit type (one translation unit each: chunk_recurrence_wgmma_{bf16,fp16}.cu):
-// the delta rule with three stages, without it two (launch_recurrence_wgmma says why); TRANS when
-// p.trans is set.
+// the delta rule with three stages, without it two (launch_recurrence_wgmma says why); kTransition
+// when p.trans is set; kRecompute (four stages: no O, so a chunk's consumer work is shorter and
+// the stage smaller, ~50 KB with the delta rule) when p.h is.
 template <class T>
 cudaError_t launch_type(const StateParams& p, cudaStream_t s) {
+  constexpr PassOut kOut = PassOut::kOutput, kTrans = PassOut::kTransition, kRe = PassOut::kRecompute;
   const bool raw = p.q_raw != nullptr, trans = p.trans != nullptr;
+  if (p.h) return p.delta ? launch<T, true, false, 4, kRe>(p, s) : launch<T, false, false, 4, kRe>(p, s);
   if (p.delta) {
-    if (trans) return raw ? launch<T, true, true, 3, true>(p, s) : launch<T, true, false, 3, true>(p, s);
-    return raw ? launch<T, true, true, 3, false>(p, s) : launch<T, true, false, 3, false>(p, s);
+    if (trans) return raw ? launch<T, true, true, 3, kTrans>(p, s) : launch<T, true, false, 3, kTrans>(p, s);
+    return raw ? launch<T, true, true, 3, kOut>(p, s) : launch<T, true, false, 3, kOut>(p, s);
   }
-  if (trans) return raw ? launch<T, false, true, 2, true>(p, s) : launch<T, false, false, 2, true>(p, s);
-  return raw ? launch<T, false, true, 2, false>(p, s) : launch<T, false, false, 2, false>(p, s);
+  if (trans) return raw ? launch<T, false, true, 2, kTrans>(p, s) : launch<T, false, false, 2, kTrans>(p, s);
+  return raw ? launch<T, false, true, 2, kOut>(p, s) : launch<T, false, false, 2, kOut>(p, s);
 }
 
 }  // namespace wgmma_recurrence

@@ -67,6 +67,25 @@ struct WorkspaceSink {
 // products: element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a
 // block's base (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen
 // once per J and the element offsets are one per-thread base plus immediates.
+// [backward] T itself, 16-bit, row-major [64][64] with zeros above the diagonal (pass 2's M⁻¹):
+// warp w writes block row w.
+template <class T>
+__device__ __forceinline__ void store_inverse(const float* Ab, const float* Tb, int warp, int g, int t, T* out) {
+  const int eb = g * kTriLd + 2 * t;
+#pragma unroll
+  for (int J = 0; J < 4; ++J) {
+    const bool live = J <= warp;  // warp-uniform
+    const float* blk = J == warp ? Ab + tri_block(warp, warp) : Tb + tri_off(warp > J ? warp : 1, warp > J ? J : 0);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 tv = live ? *reinterpret_cast<const float2*>(blk + eb + 8 * h * kTriLd + 8 * q) : make_float2(0.f, 0.f);
+        *reinterpret_cast<uint32_t*>(out + (16 * warp + g + 8 * h) * kC + 16 * J + 8 * q + 2 * t) = pack2<T>(tv.x, tv.y);
+      }
+  }
+}
+
 template <class Frag>
 __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* Tb, int warp, int g, int t, Frag& a0,
                                                  const float* f0, Frag* a1, const float* f1) {

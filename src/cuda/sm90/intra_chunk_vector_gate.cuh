@@ -178,6 +178,7 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
     const float* Rn = sm.gam + (16 * w + 15) * kLdG;
     const float* ekg = w < 3 ? sm.er + rpair(4, w + 1) * kK : nullptr;
     T* kgt = static_cast<T*>(p.KgT) + blk * kK * kC;
+    T* kgt_lo = p.KgT_lo ? static_cast<T*>(p.KgT_lo) + blk * kK * kC : nullptr;
     const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
 #pragma unroll
     for (int i = 0; i < kK / 2; i += 2) {
@@ -189,10 +190,14 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
       base[i] = to_f(ke[0]) * __expf(rn.x - gj.x);
       base[i + 1] = to_f(ke[1]) * __expf(rn.y - gj.y);
       const float2 f = ekg ? *reinterpret_cast<const float2*>(ekg + d) : make_float2(1.f, 1.f);
-      uint32_t x = pack2<T>(base[i] * f.x * rkj[h], base[i + 1] * f.y * rkj[h]);
+      const float ka = base[i] * f.x * rkj[h], kb = base[i + 1] * f.y * rkj[h];
       // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
-      x = movmatrix_trans(x);
-      *reinterpret_cast<uint32_t*>(kgt + (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+      const int64_t off = (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t;
+      *reinterpret_cast<uint32_t*>(kgt + off) = movmatrix_trans(pack2<T>(ka, kb));
+      if (kgt_lo) {  // [backward, split] the low halves
+        const uint32_t lo = pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)));
+        *reinterpret_cast<uint32_t*>(kgt_lo + off) = movmatrix_trans(lo);
+      }
     }
   }
   warpgroup_sync<1>();  // every read of the raw k tile is done
@@ -423,6 +428,7 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   cp_wait<0>();  // the v tiles
   cutlass::arch::fence_view_async_shared();
   warpgroup_sync<1>();
+  if (p.Ainv) store_inverse<T>(Ab, Tb, w, g, t, static_cast<T*>(p.Ainv) + blk * kC * kC);
 
   // ---- W = (T diag(β)) (r_k k ⊙ e^γ) and U = (T diag(β)) v: one register A operand for both
   Tensor Tv = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
@@ -448,6 +454,8 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   T* Uo = static_cast<T*>(p.U) + blk * kC * V;
   acc_pairs<T>(accW, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Wo + r * kK + cc) = x; });
   acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + cc) = x; });
+  T* Ulo = p.U_lo ? static_cast<T*>(p.U_lo) + blk * kC * V : nullptr;  // [backward, split]
+  if (Ulo) acc_lo_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Ulo + r * V + cc) = x; });
   if (V > kVT) {
     fence_regs(accU);
     warpgroup_arrive();
@@ -456,6 +464,8 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
     warpgroup_wait<0>();
     fence_regs(accU);
     acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + kVT + cc) = x; });
+    if (Ulo)
+      acc_lo_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Ulo + r * V + kVT + cc) = x; });
   }
 #endif
 }

@@ -21,9 +21,19 @@
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
+// What a pass writes (the kernel's and the consumer's template argument).
+enum class PassOut {
+  kOutput,      // the forward: O per chunk, the final states
+  kTransition,  // the sequence-split pass's first kernel (docs/sequence_split.md): the state update
+                // alone, the segments' end states
+  kRecompute,   // the backward's recompute: the state before each chunk (float32, StateParams::h)
+                // and V_new (StateParams::vnew); with StateParams::U_lo, U and V_new as hi + lo
+};
+
 // One stage of the chunk operands the consumer reads (bf16 / fp16 E): 65 KB with the delta rule.
 template <class E, bool DELTA>
 struct alignas(1024) RecurrenceStage {
+  static constexpr bool kLo = false;
   alignas(1024) E w[DELTA ? kC * kK : 8];  // W (tok, ch): kmajor_off<64>
   alignas(1024) E q[kC * kK];              // Qg or the raw q rows (tok, ch): kmajor_off<64>
   alignas(1024) E k[kK * kC];              // KgT (ch, tok): kmajor_off<128>; raw k rows: mnmajor_off
@@ -33,16 +43,30 @@ struct alignas(1024) RecurrenceStage {
   alignas(16) float rf[2 * kC];            // raw-row mode: O's row factors [0, 64), V_new's [64, 128)
 };
 
+// The recompute's stage (no O: no Qg, Aqk, row factors; U's low half with the delta rule): 49 KB.
+template <class E, bool DELTA>
+struct alignas(1024) RecomputeStage {
+  static constexpr bool kLo = DELTA;
+  alignas(1024) E w[DELTA ? kC * kK : 8];
+  alignas(1024) E k[kK * kC];
+  alignas(1024) E u[kC * kVT];
+  alignas(1024) E ulo[DELTA ? kC * kVT : 8];  // U's low half (the split form), as u
+  alignas(16) float ge[kK];
+};
+
+template <class E, bool DELTA, PassOut OUT>
+using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E, DELTA>, RecurrenceStage<E, DELTA>>;
+
 // The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
 // warpgroup (tid: the index within it).
-// TRANS (the sequence-split pass's first kernel, docs/sequence_split.md): the state update
-// alone, no O (Qg S, Aqk V_new and the O stores dropped).
-template <class T, bool DELTA, bool RAW, bool TRANS = false>
+// OUT other than kOutput: no O (Qg S, Aqk V_new and the O stores dropped).
+template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput>
 struct RecurrenceConsumer {
+  static constexpr bool kO = OUT == PassOut::kOutput;
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
-  using Stage = RecurrenceStage<E, DELTA>;
+  using Stage = StageOf<E, DELTA, OUT>;
   using Mma64 = decltype(make_tiled_mma(typename A::N64{}));
   using MmaS = decltype(make_tiled_mma(std::conditional_t<RAW, typename A::N128MN, typename A::N128K>{}));
   using AccS = decltype(partition_fragment_C(std::declval<MmaS>(), Shape<_64, Int<kK>>{}));
@@ -55,6 +79,9 @@ struct RecurrenceConsumer {
   Acc64 Oi;  // Oᵀ: (V column, token)
   int tid, warp, g, t;
 
+  __device__ static uint32_t raw_pair(E a, E b) {
+    return static_cast<uint32_t>(a.raw()) | (static_cast<uint32_t>(b.raw()) << 16);
+  }
   __device__ int row_of(int i) const { return acc_row(warp, g, i); }
   __device__ int col_of(int i) const { return acc_col(t, i); }
 
@@ -79,9 +106,10 @@ struct RecurrenceConsumer {
 #pragma unroll
     for (int i = 0; i < size(S); ++i) S(i) = col_of(i) == j0 + row_of(i) ? 1.f : 0.f;
   }
-  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) {
-    return p.v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * p.V + vv;
+  __device__ static int64_t state_index(int V, int v_first, int ch, int vv) {
+    return v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * V + vv;
   }
+  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) { return state_index(p.V, p.v_first, ch, vv); }
   // The final state of sequence n.
   __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
     if (!p.ht) return;
@@ -98,18 +126,44 @@ struct RecurrenceConsumer {
     for (int i = 0; i < size(S); ++i) base[static_cast<int64_t>(col_of(i)) * W + row_of(i)] = S(i);
   }
 
+  // The recompute's outputs for one chunk: the state before it (float32, StateParams::h's layout,
+  // from this CTA's column v0) and V_new's 64 rows at column v0 (row stride V), its low halves
+  // where vnew_lo is set (the split form: then U's low half is staged too).
+  struct RecomputeOut {
+    float* h;       // the state at (channel 0, column v0): + state_index(V, v_first, ch, column)
+    T* vnew;        // row 0, column v0
+    T* vnew_lo;     // null: not split
+    T* hs;          // null, or the 16-bit state before the chunk at its row v0 ([V][K])
+    int V, v_first;
+  };
+
+  // A (V column, token) tile in the accumulators' order as token rows: pair(i) packs elements i and
+  // i + 1; each 8x8 block is transposed in registers so that a lane holds two adjacent columns of
+  // one token (4-byte stores, 16 bytes per 4 lanes); rows below Lc only; predicated, no branch.
+  template <class Pair>
+  __device__ __forceinline__ void store_rows(Pair&& pair, T* row0, int64_t stride, int Lc) const {
+    T* row = row0 + static_cast<int64_t>(g) * stride + 16 * warp + 2 * t;
+#pragma unroll
+    for (int nb = 0; nb < kC / 8; ++nb)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const uint32_t x = movmatrix_trans(pair(4 * nb + 2 * hh));
+        asm volatile(
+            "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
+            "r"(Lc), "l"(row + 8 * nb * stride + 8 * hh), "r"(x)
+            : "memory");
+      }
+  }
+
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
-  // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride). The stage's
-  // last read is complete when this returns (its wgmmas waited). zero_u: U taken as 0 (a
-  // transition tile; st.u is not read).
-  __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false) {
+  // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride); the recompute
+  // (OUT = kRecompute) writes ro instead. The stage's last read is complete when this returns (its
+  // wgmmas waited). zero_u: U taken as 0 (a transition tile; st.u is not read).
+  __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false,
+                                        const RecomputeOut* ro = nullptr) {
     auto thr64 = mma64.get_thread_slice(tid);
     auto thrS = mmaS.get_thread_slice(tid);
-    E* sq = const_cast<E*>(st.q);
-    E* sa = const_cast<E*>(st.a);
     E* sk = const_cast<E*>(st.k);
-    Tensor tQ = thr64.partition_fragment_B(make_tensor(make_smem_ptr(sq), typename L::TokByK{}));
-    Tensor tA = thr64.partition_fragment_B(make_tensor(make_smem_ptr(sa), typename L::TokByTok{}));
     auto tK = [&] {
       if constexpr (RAW) return thrS.partition_fragment_B(make_tensor(make_smem_ptr(sk), typename L::ChByTokMN{}));
       else return thrS.partition_fragment_B(make_tensor(make_smem_ptr(sk), typename L::ChByTok{}));
@@ -118,9 +172,23 @@ struct RecurrenceConsumer {
     Tensor Sa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{});
     Tensor Va = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
     Tensor Vk = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // f ⊙ V_new (raw rows)
+    Tensor Vl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // V_new's low half (recompute)
     const T* Us = reinterpret_cast<const T*>(st.u);
+    const bool split = Stage::kLo && ro->vnew_lo != nullptr;
 
     acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
+    if constexpr (OUT == PassOut::kRecompute) {  // S before this chunk, float32
+      // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
+      const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
+      float* hb = ro->h + state_index(ro->V, ro->v_first, 2 * t, 16 * warp + g);
+#pragma unroll
+      for (int i = 0; i < size(S); ++i) hb[(8 * (i >> 2) + (i & 1)) * hc + 8 * ((i >> 1) & 1) * hv] = S(i);
+      if (ro->hs) {  // for the output kernel of a forward that saves these (disable_recompute)
+#pragma unroll
+        for (int i = 0; i < size(S); i += 2)
+          *reinterpret_cast<uint32_t*>(ro->hs + row_of(i) * kK + col_of(i)) = raw_pair(Sa(i), Sa(i + 1));
+      }
+    }
     // then S = exp(γ_C) S (Sᵀ: columns are channels), before any wgmma of this chunk is in flight
 #pragma unroll
     for (int i = 0; i < size(S); ++i) S(i) *= st.ge[col_of(i)];
@@ -133,39 +201,58 @@ struct RecurrenceConsumer {
       wg_gemm<true>(mma64, Sa, tW, P);
       warpgroup_commit_batch();
     }
-    if constexpr (!TRANS) {
+    if constexpr (kO) {
+      Tensor tQ = thr64.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.q)), typename L::TokByK{}));
       wg_gemm<true>(mma64, Sa, tQ, Oi);
       warpgroup_commit_batch();
     }
     if constexpr (DELTA) {
-      warpgroup_wait<TRANS ? 0 : 1>();  // W S (Qg S may still run)
+      warpgroup_wait<kO ? 1 : 0>();  // W S (Qg S may still run)
       fence_regs(P);
     }
     // V_newᵀ (V column, token) = Uᵀ - (S Wᵀ)ᵀ, in the accumulators' order; its 16-bit form for
     // O and (times the row factor in raw-row mode) for the state update
     // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and
     // compile-time steps: (c >> 3) ^ (tok & 7) = 2 (warp ^ t) + (((i >> 1) ^ i) & 1)
-    const T* Ub = Us + 128 * t + ((warp ^ t) << 4) + g;
+    const int uoff = 128 * t + ((warp ^ t) << 4) + g;
 #pragma unroll
     for (int i = 0; i < size(P); ++i) {
       const int tok = col_of(i);
-      float vn = zero_u ? 0.f : to_f(Ub[(i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1)]);
+      const int ui = uoff + (i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1);
+      float vn = zero_u ? 0.f : to_f(Us[ui]);
       if constexpr (DELTA) vn -= P(i);
+      if constexpr (Stage::kLo) {
+        if (split) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
+      }
       Va(i) = E(vn);
+      if constexpr (Stage::kLo) Vl(i) = E(vn - static_cast<float>(Va(i)));
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
-    // S += Kg V_new
+    if constexpr (OUT == PassOut::kRecompute) {
+      store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
+      if (split) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
+    }
+    // S += Kg V_new (+ Kg V_new's low half, split)
     fence_regs(S);
     fence_regs(Va);
     fence_regs(Vk);
+    fence_regs(Vl);
     warpgroup_arrive();
     wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
+    if (split) wg_gemm<false>(mmaS, Vl, tK, S);
     warpgroup_commit_batch();
-    if constexpr (TRANS) {
+    if constexpr (!kO) {
       warpgroup_wait<0>();
       fence_regs(S);
-      return;
+    } else {
+      out_step(st, orow0, ostride, Lc, Va);
     }
+  }
+
+  // The rest of a forward chunk: O = Qg S (in flight) + Aqk V_new, O's rows out.
+  template <class Frag>
+  __device__ __forceinline__ void out_step(const Stage& st, T* orow0, int64_t ostride, int Lc, Frag& Va) {
+    auto thr64 = mma64.get_thread_slice(tid);
     warpgroup_wait<1>();  // Qg S (groups complete in order)
     fence_regs(Oi);
     if constexpr (RAW) {  // raw q rows: Qg's row factor on Qg S, before Aqk V_new joins it
@@ -173,6 +260,7 @@ struct RecurrenceConsumer {
       for (int i = 0; i < size(Oi); ++i) Oi(i) *= st.rf[col_of(i)];
     }
     fence_regs(Oi);
+    Tensor tA = thr64.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.a)), typename L::TokByTok{}));
     warpgroup_arrive();
     wg_gemm<false>(mma64, Va, tA, Oi);
     warpgroup_commit_batch();
@@ -180,20 +268,7 @@ struct RecurrenceConsumer {
     fence_regs(Oi);
     fence_regs(S);
 
-    // O rows: each 8x8 (V column, token) block transposed in registers, so a lane holds two
-    // adjacent columns of one token (4-byte stores, 16 bytes per 4 lanes); predicated, no branch
-    T* orow = orow0 + static_cast<int64_t>(g) * ostride + 16 * warp + 2 * t;
-#pragma unroll
-    for (int nb = 0; nb < kC / 8; ++nb)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        uint32_t x = pack2<T>(Oi(4 * nb + 2 * hh), Oi(4 * nb + 2 * hh + 1));
-        x = movmatrix_trans(x);
-        asm volatile(
-            "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
-            "r"(Lc), "l"(orow + 8 * nb * ostride + 8 * hh), "r"(x)
-            : "memory");
-      }
+    store_rows([&](int i) { return pack2<T>(Oi(i), Oi(i + 1)); }, orow0, ostride, Lc);  // O's rows
   }
 };
 

@@ -171,6 +171,16 @@ __device__ __forceinline__ void acc_pairs(const Acc& acc, int warp, int g, int t
   for (int i = 0; i < size(acc); i += 2) put(acc_row(warp, g, i), acc_col(t, i), pack2<T>(acc(i), acc(i + 1)));
 }
 
+// The low halves x - round(x) of acc's elements, as acc_pairs delivers acc (the split form's hi + lo).
+template <class T, class Acc, class Put>
+__device__ __forceinline__ void acc_lo_pairs(const Acc& acc, int warp, int g, int t, Put&& put) {
+#pragma unroll
+  for (int i = 0; i < size(acc); i += 2) {
+    const float a = acc(i), b = acc(i + 1);
+    put(acc_row(warp, g, i), acc_col(t, i), pack2<T>(a - to_f(from_f<T>(a)), b - to_f(from_f<T>(b))));
+  }
+}
+
 // acc (an m64nN accumulator) into the A-operand registers of an m64 x kN product: the same
 // element order (both are the thread's (row, column-pair) values, 8 columns per 4 values).
 template <class FragA, class Acc>

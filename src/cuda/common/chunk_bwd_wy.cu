@@ -469,7 +469,8 @@ struct WyLayout {
   static constexpr int a1 = 0, dm = a1 + tile, qs = dm + tile, ks = qs + tile;
   static constexpr int gs = ks + tile;
   static constexpr int un = gs + 64 * ldg * 4;
-  // the union: phase A 5 tiles; phase B 6 tiles (dO, N, dY, S hi, S lo, dS⁺); the decayed
+  // the union: phase A 6 tiles; phase B 6 tiles (dO, N, dY, S hi, S lo, dS⁺), for 16-bit types 8
+  // tiles of 32 columns (the split form adds N and dY lo); the decayed
   // operands (192 rows); dγ (float)
   static constexpr int u_tiles = 6 * tile, u_decay = 192 * ld * es, u_dg = 64 * ldg * 4;
   static constexpr int un_bytes = u_tiles > u_decay ? (u_tiles > u_dg ? u_tiles : u_dg) : (u_decay > u_dg ? u_decay : u_dg);
@@ -619,9 +620,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   zero_acc(accA);
   zero_acc(accM);
   float dby[2] = {0.f, 0.f};
+  // split: V_new's low half staged in the q tile (free until phase B)
+  T* Nlos = qs;
   for (int v0 = 0; v0 < V; v0 += 64) {
     tile64<T>(dNs, ld, dNg + v0, V);
-    if (split) tile64<T>(dNlos, ld, dNlg + v0, V);
+    if (split) {
+      tile64<T>(dNlos, ld, dNlg + v0, V);
+      tile64<T>(Nlos, ld, Nlg + v0, V);
+    }
     tile64<T>(Ns, ld, Ng + v0, V);
     tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
     land();
@@ -672,11 +678,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     __syncthreads();
     mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
     if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
-    if constexpr (kIs16<T>) {
-      if (split) {  // V_new's low half straight from global memory (n-major B operand)
-        kern::warp_mma<T, 1, 4>(accA, kern::RowOp<T>{dOs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
-        if (delta) kern::warp_mma<T, 1, 4>(accM, kern::RowOp<T>{dYs, ld}, kern::ColOp<T>{Nlg + v0, V}, tm0, n0, 0, 64);
-      }
+    if (split) {
+      mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
+      if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
     }
     __syncthreads();
   }
@@ -714,9 +718,22 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
 
   // ---- B. per K tile of 64 channels
-  T* Ss = Bs;  // after phase A the union holds dOs, Ns, dYs and the S (hi, lo), dS⁺ tiles
-  T* dSs = dNs;
-  T* Slo = dYs + 64 * ld;  // S − hi(S): dX = −dY Sᵀ at ~float32 accuracy in S (16-bit types)
+  // The V-side products run over V in sub-tiles of kVB columns: 32 for the 16-bit types, so that the
+  // split form's eight tiles (dO, N and its low half, dY and its low half, S hi and lo, dS⁺) fit the
+  // union, 5 KB each (their low halves were read from global memory by the mma steps, which
+  // stalled on them: ncu, bench/logs/2026-11-25-h100-s18-a-*).
+  constexpr int kVB = kIs16<T> ? 32 : 64;
+  constexpr int ldb = kVB + L::P;
+  static_assert(8 * 64 * ldb * L::es <= L::un_bytes || !kIs16<T>, "phase B's tiles fit the union");
+  auto vtile = [&](int n) { return reinterpret_cast<T*>(un) + n * 64 * ldb; };
+  T* Ss = vtile(0);
+  T* dSs = vtile(1);
+  Ns = vtile(2);
+  dOs = vtile(3);
+  dYs = vtile(4);
+  T* Slo = vtile(5);  // S − hi(S): dX = −dY Sᵀ at ~float32 accuracy in S (16-bit types)
+  Nlos = vtile(6);
+  T* dYlos = vtile(7);
   const float* hg = p.h + blk * K * V;
   const float* dhg = p.dh + blk * K * V;
   const T* dYr = dYg;
@@ -769,52 +786,56 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     zero_acc(an);
     zero_acc(ax);
     float rs = 0.f;
-    for (int v0 = 0; v0 < V; v0 += 64) {
-      tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
-      tile64<T>(Ns, ld, Ng + v0, V);
-      if (delta) tile64<T>(dYs, ld, dYr + v0, V);
+    for (int v0 = 0; v0 < V; v0 += kVB) {
+      kern::tile_copy<T, 64, kVB, kThreads, true>(dOs, ldb, dObase + v0, v_row, tid, Lc);
+      kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
+      if (delta) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
+      if (split) {  // the low halves (dY's written by this CTA in phase A)
+        kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
+        kern::tile_copy<T, 64, kVB, kThreads>(dYlos, ldb, dYlg + v0, V, tid);
+      }
       {
-        const int ch = tid >> 2, vq = (tid & 3) * 16;
+        constexpr int NV = kVB / 4;  // this thread's columns of row ch
+        const int ch = tid >> 2, vq = (tid & 3) * NV;
         const float* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
-        float sv[16], dv[16];
+        float sv[NV], dv[NV];
         if (p.h_vfirst) {
 #pragma unroll
-          for (int m = 0; m < 16; ++m) sv[m] = hg[static_cast<int64_t>(v0 + vq + m) * K + c0 + ch];
+          for (int m = 0; m < NV; ++m) sv[m] = hg[static_cast<int64_t>(v0 + vq + m) * K + c0 + ch];
         } else {
           const float4* s4 = reinterpret_cast<const float4*>(hg + static_cast<int64_t>(c0 + ch) * V + v0 + vq);
 #pragma unroll
-          for (int m = 0; m < 4; ++m) {
+          for (int m = 0; m < NV / 4; ++m) {
             const float4 x = s4[m];
             sv[4 * m] = x.x; sv[4 * m + 1] = x.y; sv[4 * m + 2] = x.z; sv[4 * m + 3] = x.w;
           }
         }
         const float4* d4 = reinterpret_cast<const float4*>(drow);
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
+        for (int m = 0; m < NV / 4; ++m) {
           const float4 x = d4[m];
           dv[4 * m] = x.x; dv[4 * m + 1] = x.y; dv[4 * m + 2] = x.z; dv[4 * m + 3] = x.w;
         }
 #pragma unroll
-        for (int m = 0; m < 16; m += 2) {
+        for (int m = 0; m < NV; m += 2) {
           rs += sv[m] * dv[m] + sv[m + 1] * dv[m + 1];
-          store2<T>(Ss + ch * ld + vq + m, sv[m], sv[m + 1]);
-          store2<T>(dSs + ch * ld + vq + m, dv[m], dv[m + 1]);
+          store2<T>(Ss + ch * ldb + vq + m, sv[m], sv[m + 1]);
+          store2<T>(dSs + ch * ldb + vq + m, dv[m], dv[m + 1]);
           if constexpr (kIs16<T>) {
-            store2<T>(Slo + ch * ld + vq + m, sv[m] - to_f(from_f<T>(sv[m])), sv[m + 1] - to_f(from_f<T>(sv[m + 1])));
+            store2<T>(Slo + ch * ldb + vq + m, sv[m] - to_f(from_f<T>(sv[m])), sv[m + 1] - to_f(from_f<T>(sv[m + 1])));
           }
         }
       }
       land();
       __syncthreads();
-      mma_op<T, 1, 4, false, false>(aq, dOs, ld, Ss, ld, tm0, n0, 0, 64);
-      mma_op<T, 1, 4, false, false>(an, Ns, ld, dSs, ld, tm0, n0, 0, 64);
-      if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ld, Ss, ld, tm0, n0, 0, 64);  // dX: the delta rule's
+      mma_op<T, 1, 4, false, false>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      mma_op<T, 1, 4, false, false>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);
+      if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX: the delta rule's
       if constexpr (kIs16<T>) {
-        if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ld, Slo, ld, tm0, n0, 0, 64);
-        // split: dY's low half straight from global memory (L2; written by this CTA in phase A)
+        if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
         if (split) {
-          if (delta) kern::warp_mma<T, 1, 4>(ax, kern::RowOp<T>{dYlg + v0, V}, kern::ColOp<T>{Ss, ld}, tm0, n0, 0, 64);
-          kern::warp_mma<T, 1, 4>(an, kern::RowOp<T>{Nlg + v0, V}, kern::ColOp<T>{dSs, ld}, tm0, n0, 0, 64);
+          if (delta) mma_op<T, 1, 4, false, false>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
+          mma_op<T, 1, 4, false, false>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
         }
       }
       __syncthreads();

@@ -636,6 +636,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     sp.K = K;
     sp.V = V;
     sp.v_first = p.opt.state_v_first ? 1 : 0;
+    sp.wide16 = cdt == 2 && p.dtype != DType::kFloat32 ? 1 : 0;
     const config::Staged sg = config::state_stages(cdt, K);
     const std::size_t smem = sg.smem;
     sp.stages = sg.stages;

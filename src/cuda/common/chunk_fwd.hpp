@@ -134,6 +134,10 @@ struct StateParams {
   // the delta rule [N][HV][K][V], C alone). o is not written. Null: the pass proper (O, the final
   // state of each sequence's last entry).
   float* trans = nullptr;
+  // The backward's recompute in the float32 form (dtype 2) on 16-bit inputs: on Hopper the state
+  // pass may carry its operands as bf16 hi + lo (sm90/chunk_state_wide_wgmma.cuh, ~16 bits a
+  // product); 0 keeps 3xTF32 (float32 inputs).
+  int wide16 = 0;
 };
 
 // The sequence-split pass's combine (segment_combine.cu): per (sequence, value head), in order over

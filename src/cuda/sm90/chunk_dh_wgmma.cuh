@@ -250,38 +250,6 @@ struct DhConsumer {
   }
 };
 
-// A float32 tile (ROWS x COLS, dense rows) into bf16 hi and lo tiles at the same swizzled offsets
-// (piece(r, c) + (c & 7)), by the 128 threads of the producer: every load of the tile in flight at
-// once (COLS / 4 float4 a row), then the conversions and 8-byte shared stores.
-template <int ROWS, int COLS, class Piece>
-__device__ __forceinline__ void split_tile(cutlass::bfloat16_t* hi, cutlass::bfloat16_t* lo, const float* src, int tid,
-                                           Piece&& piece) {
-  constexpr int per_row = COLS / 4, n = ROWS * per_row / kThreads;
-  float4 v[n];
-#pragma unroll
-  for (int j = 0; j < n; ++j) {
-    const int e = j * kThreads + tid;
-    v[j] = __ldg(reinterpret_cast<const float4*>(src) + e);
-  }
-#pragma unroll
-  for (int j = 0; j < n; ++j) {
-    const int e = j * kThreads + tid, r = e / per_row, c = (e % per_row) * 4;
-    const float x[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-    uint32_t h[2], l[2];
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const __nv_bfloat162 hb = __floats2bfloat162_rn(x[2 * m], x[2 * m + 1]);
-      const float2 hf = __bfloat1622float2(hb);
-      const __nv_bfloat162 lb = __floats2bfloat162_rn(x[2 * m] - hf.x, x[2 * m + 1] - hf.y);
-      h[m] = *reinterpret_cast<const uint32_t*>(&hb);
-      l[m] = *reinterpret_cast<const uint32_t*>(&lb);
-    }
-    const int off = piece(r, c) + (c & 7);
-    *reinterpret_cast<uint2*>(hi + off) = make_uint2(h[0], h[1]);
-    *reinterpret_cast<uint2*>(lo + off) = make_uint2(l[0], l[1]);
-  }
-}
-
 // One CTA per (sequence n, value head, V tile): warpgroup 0 stages chunks last to first, warpgroup 1
 // runs DhConsumer. The 16-bit forms: a ring of STAGES chunks, copied by cp.async.
 template <class T, bool DELTA, DhForm FORM, int STAGES>

@@ -10,6 +10,7 @@ namespace linattn::cuda::kern {
 cudaError_t launch_recurrence_wgmma_bf16(const StateParams& p, cudaStream_t s);
 cudaError_t launch_recurrence_wgmma_fp16(const StateParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_bf16(const PrepParams& p, cudaStream_t s);
+cudaError_t launch_state_wide_wgmma(const StateParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s);
@@ -42,6 +43,10 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 }
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
+  if (p.h && dtype == 2)  // the float32 form's recompute on 16-bit inputs: the hi + lo kernel
+    return p.wide16 && p.h_dt == 2 && p.vnew != nullptr && p.U_lo == nullptr && p.vnew_lo == nullptr &&
+           (p.o == nullptr || p.hs != nullptr) && p.trans == nullptr && p.q_raw == nullptr && p.v_raw == nullptr &&
+           recurrence_wgmma_supported(1, p.K, p.V);
   if (p.h)  // the backward's recompute (kRecompute), and a forward that saves it (then hs for the output kernel)
     return p.h_dt == 2 && p.vnew != nullptr && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) &&
            (p.U_lo == nullptr || p.delta) && (p.o == nullptr || p.hs != nullptr) && p.trans == nullptr &&
@@ -56,6 +61,7 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
   // way: W makes a stage 67.5 KB), two without it (two CTAs an SM fit). Measured at the reference
   // shape (H200, bench/NOTES_cuda_forward.md v17): 3 stages GDN 0.757 -> 0.735 ms, KDA 1.32 ->
   // 1.33; the no-delta pass slower with 3 (simple GLA 0.384 -> 0.406, GLA 0.863 -> 0.90).
+  if (dtype == 2) return launch_state_wide_wgmma(p, s);
   return dtype == 0 ? launch_recurrence_wgmma_fp16(p, s) : launch_recurrence_wgmma_bf16(p, s);
 }
 

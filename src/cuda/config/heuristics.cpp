@@ -20,8 +20,14 @@ bool reads_v_rows(const detail::Problem& p) {
 
 PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);
+  const std::size_t without_q = kern::prep_smem_bytes(dtype, K, false, vec_gate);
+  // float32 at K = 128: q in shared memory (141 KB) leaves one CTA of 8 warps an SM; without it
+  // (105 KB) two fit, and the kernel is latency-bound (ncu: 29% issue-busy at one CTA,
+  // bench/logs/2026-11-25-h100-s18-a-ncu-bwd-float32.txt).
+  constexpr std::size_t kTwoPerSm = 228 * 1024 / 2 - 1024;  // each CTA's 1 KB reserved
+  if (dtype == kCodeF32 && vec_gate && with_q > kTwoPerSm && without_q <= kTwoPerSm) return {without_q, 0};
   if (with_q <= 200 * 1024) return {with_q, 1};
-  return {kern::prep_smem_bytes(dtype, K, false, vec_gate), 0};
+  return {without_q, 0};
 }
 
 FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows) {

@@ -24,7 +24,8 @@ bool raw_rows(const detail::Problem& p);
 // V_new = V is read from the v rows, so neither chunk_prep's U nor its workspace exists.
 bool reads_v_rows(const detail::Problem& p);
 
-// chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB.
+// chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB, or
+// (float32, vector gate) unless leaving it out lets two CTAs share an SM.
 struct PrepSmem {
   std::size_t bytes;
   int q_in_smem;  // 0 / 1, PrepParams::q_in_smem

@@ -250,77 +250,105 @@ struct DhConsumer {
   }
 };
 
-// One CTA per (sequence n, value head, V tile): warpgroup 0 stages chunks last to first, warpgroup 1
-// runs DhConsumer. The 16-bit forms: a ring of STAGES chunks, copied by cp.async.
+// The 16-bit forms' producer: step it stages chunk nch - 1 - it into stage it % STAGES by cp.async
+// once the consumer has released it.
+template <class T, bool DELTA, bool SPLIT, int STAGES, class Smem>
+__device__ __forceinline__ void produce_stages(const bwd::DhParams& p, Smem& sm, const SeqInfo& si, int nch, int hv,
+                                               int v0, int tid) {
+  using Bar = cutlass::arch::ClusterBarrier;
+  const int V = p.V, HV = p.HV;
+  const int64_t os = static_cast<int64_t>(HV) * V;
+  for (int it = 0; it < nch; ++it) {
+    if (it >= STAGES) Bar::wait(&sm.empty[it % STAGES], ((it / STAGES) - 1) & 1);
+    auto& st = sm.st[it % STAGES];
+    const int ci = nch - 1 - it;
+    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+    if constexpr (DELTA) copy_mnmajor<T>(reinterpret_cast<T*>(st.w), static_cast<const T*>(p.W) + blk * kC * kK, kK, tid, kC);
+    copy_mnmajor<T>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid, kC);
+    copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
+    if constexpr (SPLIT)
+      copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.klo), static_cast<const T*>(p.KgT_lo) + blk * kK * kC, kC, tid);
+    copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
+    // dO rows of this chunk (rows past the sequence's end zero), this CTA's 64 columns
+    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.o),
+                                  static_cast<const T*>(p.d_o) + static_cast<int64_t>(si.t0 + ci * kC) * os +
+                                      static_cast<int64_t>(hv) * V + v0,
+                                  os, tid, min(kC, si.len - ci * kC));
+    tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
+    cutlass::arch::cpasync_barrier_arrive_noinc(&sm.full[it % STAGES]);
+  }
+  cp_wait<0>();  // (the barriers track completion; nothing may stay in flight past exit)
+}
+
+// The float32 form's producer (DhForm::kWide): half-step h stages X (h even) or Y (h odd) of chunk
+// nch - 1 - h / 2 into slot h % SLOTS: Aqk, KgT, Qg, W read in float32 and split into bf16 hi + lo,
+// dO from the caller's bf16 rows (DhParams::d_o16).
+template <bool DELTA, int SLOTS, class Smem>
+__device__ __forceinline__ void produce_wide(const bwd::DhParams& p, Smem& sm, const SeqInfo& si, int nch, int hv,
+                                             int v0, int tid) {
+  using T = __nv_bfloat16;
+  using E = cutlass::bfloat16_t;
+  using Bar = cutlass::arch::ClusterBarrier;
+  constexpr int kTile = DhWideSlot<E>::kTile;
+  const int V = p.V, HV = p.HV;
+  const int64_t os = static_cast<int64_t>(HV) * V;
+  const float* Aqk = static_cast<const float*>(p.Aqk);
+  const float* KgT = static_cast<const float*>(p.KgT);
+  const float* Qg = static_cast<const float*>(p.Qg);
+  const float* W = static_cast<const float*>(p.W);
+  for (int h = 0; h < 2 * nch; ++h) {
+    if (h >= SLOTS) Bar::wait(&sm.empty[h % SLOTS], ((h / SLOTS) - 1) & 1);
+    auto& sl = sm.st[h % SLOTS];
+    E* t = sl.t;
+    const int ci = nch - 1 - h / 2;
+    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+    if ((h & 1) == 0) {
+      // dO rows (zero past the sequence's end) and exp(γ_C) by plain loads, like the split
+      // tiles: every write to a slot is then this thread's own shared store, released by its
+      // arrive below (cp.async data would need the barrier to track it, and a slot's bytes
+      // belong to different threads in X and Y)
+      const int valid = min(kC, si.len - ci * kC);
+      const T* o0 = static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
+                    static_cast<int64_t>(hv) * V + v0;
+      uint4 ov[kC * kVT / 8 / kThreads];
+#pragma unroll
+      for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
+        const int e = j * kThreads + tid, r = e >> 3, c = (e & 7) * 8;
+        ov[j] = r < valid ? __ldg(reinterpret_cast<const uint4*>(o0 + r * os + c)) : make_uint4(0, 0, 0, 0);
+      }
+      float4 gv = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (tid < kK / 4) gv = __ldg(reinterpret_cast<const float4*>(p.gexp + blk * kK) + tid);
+      split_tile<kC, kC>(t, t + kC * kC, Aqk + blk * kC * kC, tid, [](int r, int c) { return kmajor_off<kC>(r, c); });
+      split_tile<kK, kC>(t + kTile, t + 2 * kTile, KgT + blk * kK * kC, tid,
+                         [](int r, int c) { return kmajor_off<kK>(r, c); });
+#pragma unroll
+      for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
+        const int e = j * kThreads + tid;
+        *reinterpret_cast<uint4*>(t + 3 * kTile + kmajor_off<kC>(e >> 3, (e & 7) * 8)) = ov[j];
+      }
+      if (tid < kK / 4) reinterpret_cast<float4*>(sl.ge)[tid] = gv;
+    } else {
+      split_tile<kC, kK>(t, t + kTile, Qg + blk * kC * kK, tid, [](int r, int c) { return mnmajor_off(c, r); });
+      if constexpr (DELTA)
+        split_tile<kC, kK>(t + 2 * kTile, t + 3 * kTile, W + blk * kC * kK, tid,
+                           [](int r, int c) { return mnmajor_off(c, r); });
+    }
+    cutlass::arch::fence_view_async_shared();  // this thread's shared stores -> the consumer's wgmmas
+    Bar::arrive(&sm.full[h % SLOTS]);
+  }
+}
+
+// One CTA per (sequence n, value head, V tile): warpgroup 0 stages chunks last to first
+// (produce_stages, or produce_wide for kWide, whose STAGES are half-stage slots), warpgroup 1 runs
+// DhConsumer.
 template <class T, bool DELTA, DhForm FORM, int STAGES>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const bwd::DhParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(FORM != DhForm::kWide, "chunk_dh_wide_wgmma_kernel");
-  constexpr bool SPLIT = FORM == DhForm::kSplit;
+  constexpr bool kWide = FORM == DhForm::kWide;
+  static_assert(!kWide || std::is_same_v<T, __nv_bfloat16>, "the float32 form splits into bfloat16");
   using Consumer = DhConsumer<T, DELTA, FORM>;
-  using Smem = DhSmem<typename Consumer::E, DELTA, FORM, STAGES>;
-  extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
-  const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
-  const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
-  const SeqInfo si = p.seqs[n];
-  const int nch = (si.len + kC - 1) / kC;
-  using Bar = cutlass::arch::ClusterBarrier;
-  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
-
-  if (wg == 0) {  // the producer: step it stages chunk nch - 1 - it once its buffer is released
-    const int64_t os = static_cast<int64_t>(HV) * V;
-    for (int it = 0; it < nch; ++it) {
-      if (it >= STAGES) Bar::wait(&sm.empty[it % STAGES], ((it / STAGES) - 1) & 1);
-      auto& st = sm.st[it % STAGES];
-      const int ci = nch - 1 - it;
-      const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-      if constexpr (DELTA) copy_mnmajor<T>(reinterpret_cast<T*>(st.w), static_cast<const T*>(p.W) + blk * kC * kK, kK, tid, kC);
-      copy_mnmajor<T>(reinterpret_cast<T*>(st.q), static_cast<const T*>(p.Qg) + blk * kC * kK, kK, tid, kC);
-      copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.k), static_cast<const T*>(p.KgT) + blk * kK * kC, kC, tid);
-      if constexpr (SPLIT)
-        copy_kmajor<T, kK, kC, false>(reinterpret_cast<T*>(st.klo), static_cast<const T*>(p.KgT_lo) + blk * kK * kC, kC, tid);
-      copy_kmajor<T, kC, kC, false>(reinterpret_cast<T*>(st.a), static_cast<const T*>(p.Aqk) + blk * kC * kC, kC, tid);
-      // dO rows of this chunk (rows past the sequence's end zero), this CTA's 64 columns
-      copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.o),
-                                    static_cast<const T*>(p.d_o) + static_cast<int64_t>(si.t0 + ci * kC) * os +
-                                        static_cast<int64_t>(hv) * V + v0,
-                                    os, tid, min(kC, si.len - ci * kC));
-      tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
-      cutlass::arch::cpasync_barrier_arrive_noinc(&sm.full[it % STAGES]);
-    }
-    cp_wait<0>();  // (the barriers track completion; nothing may stay in flight past exit)
-    return;
-  }
-
-  Consumer cons;
-  cons.init(p, n, hv, v0, tid);
-  for (int it = 0; it < nch; ++it) {
-    const int ci = nch - 1 - it;
-    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    Bar::wait(&sm.full[it % STAGES], (it / STAGES) & 1);
-    cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
-    T* dn = static_cast<T*>(p.dN) + blk * kC * V + v0;
-    T* dnlo = SPLIT ? static_cast<T*>(p.dN_lo) + blk * kC * V + v0 : nullptr;
-    cons.chunk(sm.st[it % STAGES].tiles(), [](const auto&) {}, p.dh + blk * kK * V + v0, dn, dnlo, V);
-    Bar::arrive(&sm.empty[it % STAGES]);
-  }
-  cons.store(p, n, hv, v0);
-#endif
-}
-
-// The float32 form on bfloat16 inputs (DhForm::kWide): Aqk, KgT, Qg, W read in float32 and split
-// into bf16 hi + lo by the producer, dO read from the caller's bf16 rows (DhParams::d_o16); half-
-// stages X and Y of each chunk in a ring of three slots (DhWideSlot).
-template <bool DELTA>
-__global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(const bwd::DhParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = __nv_bfloat16;
-  using Consumer = DhConsumer<T, DELTA, DhForm::kWide>;
   using E = typename Consumer::E;
-  constexpr int kSlots = 3;
-  using Smem = DhSmem<E, DELTA, DhForm::kWide, kSlots>;
+  using Smem = DhSmem<E, DELTA, FORM, STAGES>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
@@ -331,52 +359,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(co
   using Bar = cutlass::arch::ClusterBarrier;
   init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
-  if (wg == 0) {  // the producer: half-step h stages X (h even) or Y (h odd) of chunk nch - 1 - h / 2
-    const int64_t os = static_cast<int64_t>(HV) * V;
-    const float* Aqk = static_cast<const float*>(p.Aqk);
-    const float* KgT = static_cast<const float*>(p.KgT);
-    const float* Qg = static_cast<const float*>(p.Qg);
-    const float* W = static_cast<const float*>(p.W);
-    for (int h = 0; h < 2 * nch; ++h) {
-      if (h >= kSlots) Bar::wait(&sm.empty[h % kSlots], ((h / kSlots) - 1) & 1);
-      auto& sl = sm.st[h % kSlots];
-      E* t = sl.t;
-      const int ci = nch - 1 - h / 2;
-      const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-      if ((h & 1) == 0) {
-        // dO rows (zero past the sequence's end) and exp(γ_C) by plain loads, like the split
-        // tiles: every write to a slot is then this thread's own shared store, released by its
-        // arrive below (cp.async data would need the barrier to track it, and a slot's bytes
-        // belong to different threads in X and Y)
-        const int valid = min(kC, si.len - ci * kC);
-        const T* o0 = static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
-                      static_cast<int64_t>(hv) * V + v0;
-        uint4 ov[kC * kVT / 8 / kThreads];
-#pragma unroll
-        for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
-          const int e = j * kThreads + tid, r = e >> 3, c = (e & 7) * 8;
-          ov[j] = r < valid ? __ldg(reinterpret_cast<const uint4*>(o0 + r * os + c)) : make_uint4(0, 0, 0, 0);
-        }
-        float4 gv = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (tid < kK / 4) gv = __ldg(reinterpret_cast<const float4*>(p.gexp + blk * kK) + tid);
-        split_tile<kC, kC>(t, t + kC * kC, Aqk + blk * kC * kC, tid, [](int r, int c) { return kmajor_off<kC>(r, c); });
-        split_tile<kK, kC>(t + DhWideSlot<E>::kTile, t + 2 * DhWideSlot<E>::kTile, KgT + blk * kK * kC, tid,
-                           [](int r, int c) { return kmajor_off<kK>(r, c); });
-#pragma unroll
-        for (int j = 0; j < kC * kVT / 8 / kThreads; ++j) {
-          const int e = j * kThreads + tid;
-          *reinterpret_cast<uint4*>(t + 3 * DhWideSlot<E>::kTile + kmajor_off<kC>(e >> 3, (e & 7) * 8)) = ov[j];
-        }
-        if (tid < kK / 4) reinterpret_cast<float4*>(sl.ge)[tid] = gv;
-      } else {
-        split_tile<kC, kK>(t, t + DhWideSlot<E>::kTile, Qg + blk * kC * kK, tid, [](int r, int c) { return mnmajor_off(c, r); });
-        if constexpr (DELTA)
-          split_tile<kC, kK>(t + 2 * DhWideSlot<E>::kTile, t + 3 * DhWideSlot<E>::kTile, W + blk * kC * kK, tid,
-                             [](int r, int c) { return mnmajor_off(c, r); });
-      }
-      cutlass::arch::fence_view_async_shared();  // this thread's shared stores -> the consumer's wgmmas
-      Bar::arrive(&sm.full[h % kSlots]);
-    }
+  if (wg == 0) {
+    if constexpr (kWide) produce_wide<DELTA, STAGES>(p, sm, si, nch, hv, v0, tid);
+    else produce_stages<T, DELTA, FORM == DhForm::kSplit, STAGES>(p, sm, si, nch, hv, v0, tid);
     return;
   }
 
@@ -385,19 +370,29 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(co
   for (int it = 0; it < nch; ++it) {
     const int ci = nch - 1 - it;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    const int hx = 2 * it, hy = 2 * it + 1;
-    const auto& X = sm.st[hx % kSlots];
-    const auto& Y = sm.st[hy % kSlots];
-    Bar::wait(&sm.full[hx % kSlots], (hx / kSlots) & 1);
-    cutlass::arch::fence_view_async_shared();
-    DhTiles<E> x{Y.w(), Y.wlo(), Y.q(), Y.qlo(), X.k(), X.klo(), X.a(), X.alo(), X.o(), X.ge};
-    auto second = [&](const DhTiles<E>&) {
-      Bar::wait(&sm.full[hy % kSlots], (hy / kSlots) & 1);
+    float* dhc = p.dh + blk * kK * V + v0;
+    if constexpr (kWide) {  // chunk it is half-steps 2 it (X) and 2 it + 1 (Y)
+      const int hx = 2 * it, hy = 2 * it + 1;
+      const auto& X = sm.st[hx % STAGES];
+      const auto& Y = sm.st[hy % STAGES];
+      Bar::wait(&sm.full[hx % STAGES], (hx / STAGES) & 1);
       cutlass::arch::fence_view_async_shared();
-    };
-    cons.chunk(x, second, p.dh + blk * kK * V + v0, static_cast<float*>(p.dN) + blk * kC * V + v0, nullptr, V);
-    Bar::arrive(&sm.empty[hx % kSlots]);
-    Bar::arrive(&sm.empty[hy % kSlots]);
+      DhTiles<E> x{Y.w(), Y.wlo(), Y.q(), Y.qlo(), X.k(), X.klo(), X.a(), X.alo(), X.o(), X.ge};
+      auto second = [&](const DhTiles<E>&) {
+        Bar::wait(&sm.full[hy % STAGES], (hy / STAGES) & 1);
+        cutlass::arch::fence_view_async_shared();
+      };
+      cons.chunk(x, second, dhc, static_cast<float*>(p.dN) + blk * kC * V + v0, nullptr, V);
+      Bar::arrive(&sm.empty[hx % STAGES]);
+      Bar::arrive(&sm.empty[hy % STAGES]);
+    } else {
+      Bar::wait(&sm.full[it % STAGES], (it / STAGES) & 1);
+      cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
+      T* dn = static_cast<T*>(p.dN) + blk * kC * V + v0;
+      T* dnlo = FORM == DhForm::kSplit ? static_cast<T*>(p.dN_lo) + blk * kC * V + v0 : nullptr;
+      cons.chunk(sm.st[it % STAGES].tiles(), [](const auto&) {}, dhc, dn, dnlo, V);
+      Bar::arrive(&sm.empty[it % STAGES]);
+    }
   }
   cons.store(p, n, hv, v0);
 #endif
@@ -405,10 +400,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wide_wgmma_kernel(co
 
 template <class T, bool DELTA, DhForm FORM, int STAGES>
 cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
-  auto kernel = [] {
-    if constexpr (FORM == DhForm::kWide) return chunk_dh_wide_wgmma_kernel<DELTA>;
-    else return chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>;
-  }();
+  auto kernel = chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>;
   // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
   constexpr int smem = static_cast<int>(sizeof(DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>)) + 1024;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

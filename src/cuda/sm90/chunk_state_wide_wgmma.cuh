@@ -36,46 +36,15 @@ struct alignas(1024) WideStateSmem {
   alignas(8) uint64_t empty[STAGES];  // the consumer's 128 arrivals
 };
 
-// The state of one (sequence, value head, 64-column V tile) chain: Sᵀ in float32 registers.
+// The state of one (sequence, value head, 64-column V tile) chain: Sᵀ in float32 registers, with
+// the 16-bit recompute's state, tiles and h0 / final-state handling (RecurrenceConsumer); only the
+// chunk step differs.
 template <bool DELTA>
-struct WideStateConsumer {
-  using T = __nv_bfloat16;
-  using A = Atoms<T>;
-  using E = typename A::E;
-  using L = Layouts<E>;
-  using Mma64 = decltype(make_tiled_mma(typename A::N64{}));
-  using MmaS = decltype(make_tiled_mma(typename A::N128K{}));
-  using AccS = decltype(partition_fragment_C(std::declval<MmaS>(), Shape<_64, Int<kK>>{}));
-  using Acc64 = decltype(partition_fragment_C(std::declval<Mma64>(), Shape<_64, _64>{}));
-
-  Mma64 mma64;
-  MmaS mmaS;
-  AccS S;   // Sᵀ: (V column, channel)
-  Acc64 P;  // Sᵀ Wᵀ: (V column, token)
-  int tid, warp, g, t;
-
-  __device__ int row_of(int i) const { return acc_row(warp, g, i); }
-  __device__ int col_of(int i) const { return acc_col(t, i); }
-
-  __device__ __forceinline__ void init(const StateParams& p, int n, int hv, int v0, int tid_) {
-    tid = tid_;
-    warp = tid >> 5;
-    g = (tid & 31) >> 2;
-    t = tid & 3;
-    S = partition_fragment_C(mmaS, Shape<_64, Int<kK>>{});
-    P = partition_fragment_C(mma64, Shape<_64, _64>{});
-    const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
-#pragma unroll
-    for (int i = 0; i < size(S); ++i)
-      S(i) = p.h0 ? load_state(p.h0, p.h0_dt, base + RecurrenceConsumer<T, DELTA, false>::state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
-  }
-  __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
-    if (!p.ht) return;
-    const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
-#pragma unroll
-    for (int i = 0; i < size(S); ++i)
-      store_state(p.ht, p.ht_dt, base + RecurrenceConsumer<T, DELTA, false>::state_index(p, col_of(i), v0 + row_of(i)), S(i));
-  }
+struct WideStateConsumer : RecurrenceConsumer<__nv_bfloat16, DELTA, false, PassOut::kRecompute> {
+  using Base = RecurrenceConsumer<__nv_bfloat16, DELTA, false, PassOut::kRecompute>;
+  using typename Base::E;
+  using typename Base::L;
+  using Base::mma64, Base::mmaS, Base::S, Base::P, Base::tid, Base::warp, Base::g, Base::t, Base::row_of, Base::col_of;
 
   // One chunk: h (the state at (channel 0, column v0) of this chunk's float32 state), hs (null or
   // its row v0 of the [V][K] float32 copy), vnew (V_new's row 0, column v0; row stride V).

@@ -117,7 +117,7 @@ struct DhConsumer {
   __device__ int row_of(int i) const { return acc_row(warp, g, i); }
   __device__ int col_of(int i) const { return acc_col(t, i); }
   __device__ static int64_t state_index(const bwd::DhParams& p, int ch, int vv) {
-    return p.v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * p.V + vv;
+    return wgmma_recurrence::state_index(p.V, p.v_first, ch, vv);
   }
 
   // dSᵀ from dht (zero without it), columns v0.. of head hv of sequence n.
@@ -352,10 +352,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
-  const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
-  const SeqInfo si = p.seqs[n];
-  const int nch = (si.len + kC - 1) / kC;
+  const ChainTile ct = ChainTile::get(p.seqs);
+  const int v0 = ct.v0, hv = ct.hv, n = ct.n, wg = ct.wg, tid = ct.tid, nch = ct.nch;
+  const SeqInfo si = ct.si;
   using Bar = cutlass::arch::ClusterBarrier;
   init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
@@ -400,13 +399,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
 
 template <class T, bool DELTA, DhForm FORM, int STAGES>
 cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
-  auto kernel = chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>;
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>)) + 1024;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.V / kVT, p.HV, p.N), 2 * kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>,
+                          smem_bytes_of<DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>>(), dim3(p.V / kVT, p.HV, p.N),
+                          2 * kThreads, p, s);
 }
 
 // The instantiations of one 16-bit type (chunk_dh_wgmma_{bf16,fp16}.cu): three stages (two chunks

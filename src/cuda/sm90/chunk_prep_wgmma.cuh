@@ -67,8 +67,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_del
 
 template <class T, bool DELTA>
 cudaError_t launch_prep_wgmma(const PrepParams& p, cudaStream_t s) {
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(PrepWgmmaSmem<typename Atoms<T>::E, DELTA>)) + 1024;
+  constexpr int smem = smem_bytes_of<PrepWgmmaSmem<typename Atoms<T>::E, DELTA>>();
   static_assert((DELTA ? 3 : 4) * (smem + 1024) <= 228 * 1024, "the CTAs an SM of the launch bounds (each with its 1 KB reserved)");
   return launch_chunk_heads(chunk_prep_scalar_delta_wgmma_kernel<T, DELTA>, smem, p, s);
 }

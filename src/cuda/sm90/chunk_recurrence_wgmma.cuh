@@ -24,10 +24,7 @@ struct alignas(1024) RecurrenceSmem {
 // shared memory: the attribute, then the launch over (num_chunks, HV).
 template <class Kernel>
 cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cudaStream_t s) {
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_chunks, p.HV), kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(kernel, smem, dim3(p.num_chunks, p.HV), kThreads, p, s);
 }
 
 // One CTA per (map entry n, value head, V tile). The map is the sequence map, or the sequence-split
@@ -50,15 +47,15 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
   // warpgroup 0 copies (the producer), warpgroup 1 runs the pass (the consumer)
-  const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
-  const SeqInfo si = p.seqs[n];
+  const ChainTile ct = ChainTile::get(p.seqs);
+  const int v0 = ct.v0, hv = ct.hv, n = ct.n, wg = ct.wg, tid = ct.tid;
+  const SeqInfo si = ct.si;
   const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
   const bool first = n == 0 || p.seqs[n - 1].seq != si.seq;      // the entry that starts it
   const bool mtile = TRANS && v0 >= V;  // a transition tile: U = 0, nothing of U or V read
   if (TRANS && (last || (mtile && first))) return;  // (whole CTA) transitions nobody needs
-  const int nch = (si.len + kC - 1) / kC;
+  const int nch = (si.len + kC - 1) / kC;  // = ct.nch; formed past the early return (its SASS as before)
   const int hk = hv / p.G;
   using Bar = cutlass::arch::ClusterBarrier;
   init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
@@ -122,7 +119,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
     if constexpr (OUT == PassOut::kRecompute) {
       const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
       const typename Consumer::RecomputeOut ro{
-          static_cast<float*>(p.h) + blk * kK * V + Consumer::state_index(V, p.v_first, 0, v0),
+          static_cast<float*>(p.h) + blk * kK * V + state_index(V, p.v_first, 0, v0),
           static_cast<T*>(p.vnew) + blk * kC * V + v0,
           p.vnew_lo ? static_cast<T*>(p.vnew_lo) + blk * kC * V + v0 : nullptr,
           p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first};
@@ -141,14 +138,10 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
-  auto kernel = chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>;
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>)) + 1024;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  dim3 grid((TRANS && DELTA ? p.V + kK : p.V) / kVT, p.HV, p.N);
-  kernel<<<grid, 2 * kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  const dim3 grid((TRANS && DELTA ? p.V + kK : p.V) / kVT, p.HV, p.N);
+  return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>,
+                          smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>(), grid, 2 * kThreads,
+                          p, s);
 }
 
 // The instantiations of one 16-bit type (one translation unit each: chunk_recurrence_wgmma_{bf16,fp16}.cu):

@@ -124,10 +124,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_state_wide_wgmma_kernel
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * kVT, hv = blockIdx.y, n = blockIdx.z;
-  const int wg = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
-  const SeqInfo si = p.seqs[n];
-  const int nch = (si.len + kC - 1) / kC;
+  const ChainTile ct = ChainTile::get(p.seqs);
+  const int v0 = ct.v0, hv = ct.hv, n = ct.n, wg = ct.wg, tid = ct.tid, nch = ct.nch;
+  const SeqInfo si = ct.si;
   using Bar = cutlass::arch::ClusterBarrier;
   init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
@@ -185,13 +184,8 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_state_wide_wgmma_kernel
 template <bool DELTA>
 cudaError_t launch_state_wide(const StateParams& p, cudaStream_t s) {
   constexpr int kStages = 2;
-  auto kernel = chunk_state_wide_wgmma_kernel<DELTA, kStages>;
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(WideStateSmem<DELTA, kStages>)) + 1024;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.V / kVT, p.HV, p.N), 2 * kThreads, smem, s>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(chunk_state_wide_wgmma_kernel<DELTA, kStages>, smem_bytes_of<WideStateSmem<DELTA, kStages>>(),
+                          dim3(p.V / kVT, p.HV, p.N), 2 * kThreads, p, s);
 }
 
 }  // namespace wgmma_recurrence

@@ -473,8 +473,7 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
 template <class T, bool DELTA>
 cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
   auto kernel = chunk_prep_vector_wgmma_kernel<T, DELTA>;
-  // + 1024: the kernel aligns its base to the 128-byte swizzle's 1024-byte period
-  constexpr int smem = static_cast<int>(sizeof(VectorGateSmem<typename Atoms<T>::E>)) + 1024;
+  constexpr int smem = smem_bytes_of<VectorGateSmem<typename Atoms<T>::E>>();
   static_assert(3 * (smem + 1024) <= 228 * 1024, "three CTAs an SM, each with its 1 KB reserved");
   return launch_chunk_heads(kernel, smem, p, s);
 }

@@ -106,10 +106,9 @@ struct RecurrenceConsumer {
 #pragma unroll
     for (int i = 0; i < size(S); ++i) S(i) = col_of(i) == j0 + row_of(i) ? 1.f : 0.f;
   }
-  __device__ static int64_t state_index(int V, int v_first, int ch, int vv) {
-    return v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * V + vv;
+  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) {
+    return wgmma_recurrence::state_index(p.V, p.v_first, ch, vv);
   }
-  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) { return state_index(p.V, p.v_first, ch, vv); }
   // The final state of sequence n.
   __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
     if (!p.ht) return;
@@ -180,7 +179,7 @@ struct RecurrenceConsumer {
     if constexpr (OUT == PassOut::kRecompute) {  // S before this chunk, float32
       // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
       const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
-      float* hb = ro->h + state_index(ro->V, ro->v_first, 2 * t, 16 * warp + g);
+      float* hb = ro->h + wgmma_recurrence::state_index(ro->V, ro->v_first, 2 * t, 16 * warp + g);
 #pragma unroll
       for (int i = 0; i < size(S); ++i) hb[(8 * (i >> 2) + (i & 1)) * hc + 8 * ((i >> 1) & 1) * hv] = S(i);
       if (ro->hs) {  // for the output kernel of a forward that saves these (disable_recompute)

@@ -14,6 +14,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "cuda/common/chunk_map_host.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/config/limits.hpp"
@@ -153,6 +154,39 @@ __device__ __forceinline__ void split_tile(cutlass::bfloat16_t* hi, cutlass::bfl
   }
 }
 
+// A wgmma kernel's launch with its dynamic shared memory: the attribute, then the launch. Smem:
+// the kernel's shared-memory struct, + 1024 because the kernel aligns its base to the 128-byte
+// swizzle's 1024-byte period (smem_base_1024).
+template <class Kernel, class Params>
+cudaError_t launch_with_smem(Kernel kernel, int smem, dim3 grid, int threads, const Params& p, cudaStream_t s) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem, s>>>(p);
+  return cudaGetLastError();
+}
+template <class Smem>
+constexpr int smem_bytes_of() { return static_cast<int>(sizeof(Smem)) + 1024; }
+
+// The block coordinate of the chain kernels (the forward's pass, the backward's recompute and
+// pass 1): one CTA of two warpgroups per (sequence-map entry n, value head, 64-column V tile),
+// warpgroup 0 the producer and warpgroup 1 the consumer; the entry and its chunk count.
+struct ChainTile {
+  int v0, hv, n, wg, tid;
+  SeqInfo si;
+  int nch;
+  __device__ __forceinline__ static ChainTile get(const SeqInfo* seqs) {
+    ChainTile c;
+    c.v0 = blockIdx.x * kVT;
+    c.hv = blockIdx.y;
+    c.n = blockIdx.z;
+    c.wg = threadIdx.x / kThreads;
+    c.tid = threadIdx.x % kThreads;
+    c.si = seqs[c.n];
+    c.nch = (c.si.len + kC - 1) / kC;
+    return c;
+  }
+};
+
 // The shared-memory base rounded up to the 128-byte swizzle's 1024-byte period; an offset from
 // smem_raw (not an integer round trip) keeps the pointer's shared-memory provenance (LDS).
 __device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw) {
@@ -186,6 +220,10 @@ __device__ __forceinline__ void fence_regs(Acc& a) {
 // of k-blocks of 16 has the same order (acc_to_a).
 __device__ __forceinline__ int acc_row(int warp, int g, int i) { return 16 * warp + g + 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
+// Element (channel ch, value column vv) of one [K][V] state ([V][K] with v_first), K = 128.
+__device__ __forceinline__ int64_t state_index(int V, int v_first, int ch, int vv) {
+  return v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * V + vv;
+}
 
 // The 8x8 16-bit matrix a warp holds as (row lane / 4, columns 2 (lane % 4), +1) pairs, transposed:
 // the lane then holds the same positions of the transpose (accumulator pairs to row-major stores

@@ -43,14 +43,14 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 }
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
-  if (p.h && dtype == 2)  // the float32 form's recompute on 16-bit inputs: the hi + lo kernel
-    return p.wide16 && p.h_dt == 2 && p.vnew != nullptr && p.U_lo == nullptr && p.vnew_lo == nullptr &&
-           (p.o == nullptr || p.hs != nullptr) && p.trans == nullptr && p.q_raw == nullptr && p.v_raw == nullptr &&
-           recurrence_wgmma_supported(1, p.K, p.V);
-  if (p.h)  // the backward's recompute (kRecompute), and a forward that saves it (then hs for the output kernel)
-    return p.h_dt == 2 && p.vnew != nullptr && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) &&
-           (p.U_lo == nullptr || p.delta) && (p.o == nullptr || p.hs != nullptr) && p.trans == nullptr &&
-           p.q_raw == nullptr && p.v_raw == nullptr && recurrence_wgmma_supported(dtype, p.K, p.V);
+  if (p.h) {  // the backward's recompute, and a forward that saves it (then hs for the output kernel)
+    const bool common = p.h_dt == 2 && p.vnew != nullptr && (p.o == nullptr || p.hs != nullptr) &&
+                        p.trans == nullptr && p.q_raw == nullptr && p.v_raw == nullptr;
+    if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh)
+      return common && p.wide16 && p.U_lo == nullptr && p.vnew_lo == nullptr && recurrence_wgmma_supported(1, p.K, p.V);
+    return common && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) && (p.U_lo == nullptr || p.delta) &&
+           recurrence_wgmma_supported(dtype, p.K, p.V);  // kRecompute
+  }
   return p.fused_vt == 64 && p.o != nullptr && p.hs == nullptr && p.h == nullptr && p.vnew == nullptr &&
          p.U_lo == nullptr && (p.q_raw == nullptr || (p.k_raw != nullptr && p.rowfac != nullptr)) &&
          recurrence_wgmma_supported(dtype, p.K, p.V);

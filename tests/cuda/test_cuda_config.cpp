@@ -209,10 +209,12 @@ TEST(CudaConfig, BackwardForm) {
   EXPECT_EQ(static_cast<int>(Compute::kSplit), 1);
   EXPECT_EQ(static_cast<int>(Compute::kFloat32), 2);
   EXPECT_STREQ(cfg::compute_name(1), "split");
-  const cfg::ComputeForm widen(DType::kBFloat16, Compute::kFloat32);
-  EXPECT_TRUE(widen.f32 && widen.widen && !widen.split);
+  const cfg::ComputeForm f32_on_bf16(DType::kBFloat16, Compute::kFloat32);
+  EXPECT_TRUE(f32_on_bf16.f32 && !f32_on_bf16.split);
   const cfg::ComputeForm split(DType::kFloat16, Compute::kSplit);
-  EXPECT_TRUE(!split.f32 && split.split && !split.widen);
+  EXPECT_TRUE(!split.f32 && split.split);
+  const cfg::ComputeForm fp32_in(DType::kFloat32, Compute::kSplit);
+  EXPECT_TRUE(fp32_in.f32 && !fp32_in.split);
 }
 
 }  // namespace

@@ -273,46 +273,6 @@ __global__ void colsum_kernel(const float* buf, int64_t rows, int C, void* out, 
   }
 }
 
-// ---- 0. float32 copies of the 16-bit q, k, v, dO for the float32 chunked path (exact: every
-// bf16/fp16 value is a float32). blockIdx.y picks the tensor; 8 elements a thread and step when
-// the source is 16-byte aligned (the destinations, in the workspace, always are).
-struct WidenArgs {
-  const void* src[4];
-  float* dst[4];
-  int64_t n[4];
-  int dt;  // 0 fp16, 1 bf16
-};
-
-__global__ void widen_kernel(const WidenArgs a) {
-  const int w = blockIdx.y;
-  const void* src = a.src[w];
-  float* dst = a.dst[w];
-  const int64_t n = a.n[w];
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-    const int64_t n8 = n / 8;
-    for (int64_t i = i0; i < n8; i += stride) {
-      const uint4 u = static_cast<const uint4*>(src)[i];
-      const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-      float f[8];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        float2 x;
-        if (a.dt == 1) x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wd[m]));
-        else x = __half22float2(*reinterpret_cast<const __half2*>(&wd[m]));
-        f[2 * m] = x.x;
-        f[2 * m + 1] = x.y;
-      }
-      float4* d = reinterpret_cast<float4*>(dst) + 2 * i;
-      d[0] = make_float4(f[0], f[1], f[2], f[3]);
-      d[1] = make_float4(f[4], f[5], f[6], f[7]);
-    }
-    tail = n8 * 8;
-  }
-  for (int64_t i = tail + i0; i < n; i += stride) dst[i] = kern::load_any(src, a.dt, i);
-}
 
 using config::align_up;
 using config::kAlign;
@@ -369,22 +329,22 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
     dst[i] = src[i];
 }
 
-// Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (16-bit q, k, v,
-// dO are first widened into q32, k32, v32, dO32; float32 inputs are read in place); otherwise in
+// Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (the kernels read
+// 16-bit q, k, v, dO in place and convert them as they load: exact); otherwise in
 // the 16-bit input type, with split's four low-half buffers. Dead buffers are reused: U is dead
 // after chunk_state, so dY (pass 2 scratch) takes its place, and V_new's low half is written over
 // U_lo as chunk_state reads it; W, Qg, KgT and Aqk are dead after pass 1, so the partials pq, pk,
 // pg, pb take their places (the region is the larger of the two sets); draw (ddt_bias rows) and
 // da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per
-// block). Nothing else is dead while the widened inputs are read (prep to pass 2).
+// block).
 // With a saved buffer (`from_saved`) the front half's buffers (W .. V_new, SavedLayout) are the
 // caller's and read-only: the workspace holds the rest, without the reuse of W's region; draw and
 // da then take dh's and dN's places.
 // At issue 5's reference shape (KDA, B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks,
 // 16384 tokens), MiB:
 //   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256; Aqk/pb, Ainv 2 x 128; gexp 4;
-//     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB) for float32 inputs;
-//     bf16/fp16 inputs add q32, k32, v32, dO32 4 x 256: 3844 MiB (3.75 GiB).
+//     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB), whatever the input type
+//     (16-bit inputs were widened into float32 copies until session 19: 1 GiB more).
 //   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h, dh 2 x 512; vnew, dN 2 x 128;
 //     pq, pk, pg 3 x 256; pb 2: 2694 MiB (2.63 GiB); split adds U_lo, KgT_lo, dN_lo, dY_lo
 //     4 x 128 and reuses W's region for the partials: 2.57 GiB.
@@ -395,18 +355,16 @@ struct ChunkPlan {
   FrontOffsets front;  // in the workspace; all absent from_saved
   std::size_t seqs = 0, chunks = 0, dh = 0, dN = 0, dY = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0,
               total = 0;
-  std::size_t q32 = kNone, k32 = kNone, v32 = kNone, dO32 = kNone;  // kNone: inputs read in place
   // split (16-bit hi + lo halves): dN_lo, dY_lo (and in front: U_lo, then V_new's low half in its
   // place, and KgT_lo)
   std::size_t dN_lo = kNone, dY_lo = kNone;
-  bool f32 = false, widen = false, split = false, from_saved = false;
+  bool f32 = false, split = false, from_saved = false;
   int KG = 1;
   int64_t tokens = 0;
   ChunkPlan(const detail::Problem& p, Compute compute, bool saved) {
     const ComputeForm cf(p, compute);
     f32 = cf.f32;
     split = cf.split;
-    widen = cf.widen;
     from_saved = saved;
     KG = p.vector_gate ? static_cast<int>(p.K) : 1;
     tokens = p.B * p.T;
@@ -451,38 +409,23 @@ struct ChunkPlan {
     // h and dh (dh and dN from saved) are dead after pass 2; pq .. pb are not
     draw = saved ? dh : f.h;
     da = saved ? dN : dh;
-    if (widen) {
-      q32 = o; o = align_up(o + T * p.H * K * 4);
-      k32 = o; o = align_up(o + T * p.H * K * 4);
-      v32 = o; o = align_up(o + T * p.HV * V * 4);
-      dO32 = o; o = align_up(o + T * p.HV * V * 4);
-    }
     total = o;
   }
 };
 
-// Workspace of a forward that fills a saved buffer: the maps, the chunk-start states in the
-// compute type for the output kernel (hs), and the float32 copies of 16-bit q, k, v when the
-// compute type is float32. U and its low half are written where V_new and its low half go (the
+// Workspace of a forward that fills a saved buffer: the maps and the chunk-start states in the
+// compute type for the output kernel (hs). U and its low half are written where V_new and its low half go (the
 // state pass reads each element before it writes it, same thread).
 struct SavedForwardPlan {
-  static constexpr std::size_t kNone = ~std::size_t{0};
   std::size_t seqs = 0, chunks = 0, hs = 0, total = 0;
-  std::size_t q32 = kNone, k32 = kNone, v32 = kNone;
   SavedForwardPlan(const detail::Problem& p, Compute compute) {
     const ComputeForm cf(p, compute);
     const std::size_t es = cf.f32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
-    const std::size_t T = static_cast<std::size_t>(p.B * p.T);
     std::size_t o = 0;
     seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     hs = o; o = align_up(o + nb * p.K * p.V * es);
-    if (cf.widen) {
-      q32 = o; o = align_up(o + T * p.H * p.K * 4);
-      k32 = o; o = align_up(o + T * p.H * p.K * 4);
-      v32 = o; o = align_up(o + T * p.HV * p.V * 4);
-    }
     total = o;
   }
 };
@@ -518,22 +461,6 @@ cudaError_t build_maps(const detail::Problem& p, unsigned char* seqs, unsigned c
   return kern::launch_chunk_maps(mp, st);
 }
 
-// float32 copies of 16-bit tensors (n = 0: unused slot).
-cudaError_t widen(const void* const src[4], float* const dst[4], const int64_t n[4], int dt, cudaStream_t st) {
-  WidenArgs wa{};
-  int64_t most = 0;
-  for (int i = 0; i < 4; ++i) {
-    wa.src[i] = src[i];
-    wa.dst[i] = dst[i];
-    wa.n[i] = n[i];
-    most = std::max(most, n[i]);
-  }
-  wa.dt = dt;
-  if (most == 0) return cudaSuccess;
-  const unsigned bx = static_cast<unsigned>(std::min<int64_t>((most + 8 * 256 - 1) / (8 * 256), 4096));
-  widen_kernel<<<dim3(bx, 4), 256, 0, st>>>(wa);
-  return cudaGetLastError();
-}
 
 // The buffers of the chunked backward's front half (chunk_prep, then the state pass).
 struct FrontBufs {
@@ -576,20 +503,24 @@ struct FrontOutputs {
   void* hs = nullptr;
 };
 
+// The dtype code of the caller's q, k, v, dO where the kernels compute in another type: the float32
+// form on 16-bit inputs reads them in place, converting as it loads (exact); -1 otherwise.
+int in_dt_of(const detail::Problem& p, int cdt) {
+  return cdt == 2 && p.dtype != DType::kFloat32 ? dtype_code(p.dtype) : -1;
+}
+
 // chunk_prep in its backward form (M⁻¹, the split form's low halves) and the state pass: the
 // intermediates the backward reads, recomputed by the backward or kept by a forward with a saved
 // buffer (the same kernels with the same inputs: bitwise the same values). A timer (benchmarks)
 // gets a "state" mark between the two.
-Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const void* q_in,
-                 const void* k_in, const void* v_in, const FrontBufs& b, const FrontOutputs& fo, cudaStream_t st,
-                 StageTimer* timer = nullptr) {
+Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const FrontBufs& b,
+                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, f);
-    pp.q = q_in;  // the caller's tensors or their float32 copies
-    pp.k = k_in;
-    pp.v = v_in;
+    // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
+    pp.in_dt = in_dt_of(p, cdt);
     pp.chunks = b.chunks;
     const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
     pp.q_in_smem = smem.q_in_smem;
@@ -734,7 +665,7 @@ Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, cons
   return Status::Ok();
 }
 
-// The chunked (WY) backward in `compute`'s form: [widen], the front half (or the saved buffer's),
+// The chunked (WY) backward in `compute`'s form: the front half (or the saved buffer's),
 // pass 1 (dh), pass 2 (wy); the partials in *parts. timer: stage marks for benchmarks.
 Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
                    unsigned char* base, Compute compute, bool from_saved, cudaStream_t st, StageTimer* timer,
@@ -742,7 +673,6 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   const ForwardInputs& f = in.fwd;
   cudaError_t e = cudaSuccess;
   const int dt = dtype_code(p.dtype);
-  const int64_t tokens = p.B * p.T;
   const GateArgs ga = gate_args(p, f);
   const int beta_mode = beta_mode_code(p);
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
@@ -758,34 +688,18 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
                                                base, pl.seqs, pl.chunks)
                                   : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
-  // What they read as q, k, v, dO (in the compute type): the caller's tensors or their float32
-  // copies. The finish kernels read the caller's q, k (same values) and write dq, dk, dv in
-  // the caller's dtype.
-  const void* q_in = f.q.data;
-  const void* k_in = f.k.data;
-  const void* v_in = f.v.data;
-  const void* do_in = in.d_o.data;
+  // Every kernel reads the caller's q, k, v, dO (in_dt: their type where the compute type is
+  // float32 and they are 16-bit; converted as loaded). The finish kernels write dq, dk, dv in the
+  // caller's dtype.
+  const int in_dt = in_dt_of(p, cdt);
   // Benchmarks: stage boundaries on the caller's timer (none in the product).
   auto mark = [&](const char* next) {
     if (timer) timer->mark(next, st);
   };
-  mark(pl.widen && tokens > 0 ? "widen" : (from_saved ? "pass1" : "prep"));
-  if (pl.widen && tokens > 0) {
-    const void* src[4] = {f.q.data, f.k.data, f.v.data, in.d_o.data};
-    float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
-                     reinterpret_cast<float*>(base + pl.v32), reinterpret_cast<float*>(base + pl.dO32)};
-    const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, tokens * p.HV * p.V};
-    if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
-    q_in = dst[0];
-    k_in = dst[1];
-    v_in = dst[2];
-    do_in = dst[3];
-    mark(from_saved ? "pass1" : "prep");
-  }
+  mark(from_saved ? "pass1" : "prep");
   if (!from_saved) {
     // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
-    if (Status fs = run_front(p, f, cdt, pl.split, q_in, k_in, v_in, fb, FrontOutputs{}, st, timer); !fs.ok())
-      return fs;
+    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, timer); !fs.ok()) return fs;
     mark("pass1");
   }
   if (p.N > 0) {
@@ -797,7 +711,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     dp.W = p.delta ? fb.W : nullptr;
     dp.delta = p.delta ? 1 : 0;
     dp.gexp = fb.gexp;
-    dp.d_o = do_in;
+    dp.d_o = in.d_o.data;
+    dp.d_o_dt = in_dt;
     dp.seqs = fb.seqs;
     dp.dht = in.dht.present() ? in.dht.data : nullptr;
     dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
@@ -814,8 +729,6 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       dp.KgT_lo = fb.KgT_lo;
       dp.dN_lo = base + pl.dN_lo;
     }
-    // the float32 form on bf16 inputs: Hopper's pass 1 reads the caller's dO (exact in bf16)
-    if (cdt == 2 && p.dtype == DType::kBFloat16) dp.d_o16 = in.d_o.data;
     if (dh_wgmma_applies(cdt, dp)) {
       e = launch_dh_wgmma(cdt, dp, st);
     } else {
@@ -831,10 +744,11 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     // ---- pass 2: chunk-parallel gradients
     WyParams wp{};
     wp.chunks = fb.chunks;
-    wp.q = q_in;
-    wp.k = k_in;
-    wp.v = v_in;
-    wp.d_o = do_in;
+    wp.q = f.q.data;
+    wp.k = f.k.data;
+    wp.v = f.v.data;
+    wp.d_o = in.d_o.data;
+    wp.in_dt = in_dt;
     wp.delta = p.delta ? 1 : 0;
     wp.beta = p.delta ? f.beta.data : nullptr;
     wp.beta_dt = p.delta ? dtype_code(f.beta.dtype) : 2;
@@ -1059,25 +973,11 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
   const ComputeForm cf(p, compute);
   const int dt = dtype_code(p.dtype);
   const int cdt = cf.f32 ? 2 : dt;
-  const int64_t tokens = p.B * p.T;
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   unsigned char* sv = static_cast<unsigned char*>(out.saved.data);
 
   if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
     return cuda_error("chunk map launch", e);
-  const void* q_in = in.q.data;
-  const void* k_in = in.k.data;
-  const void* v_in = in.v.data;
-  if (cf.widen && tokens > 0) {
-    const void* src[4] = {in.q.data, in.k.data, in.v.data, nullptr};
-    float* dst[4] = {reinterpret_cast<float*>(base + pl.q32), reinterpret_cast<float*>(base + pl.k32),
-                     reinterpret_cast<float*>(base + pl.v32), nullptr};
-    const int64_t n[4] = {tokens * p.H * p.K, tokens * p.H * p.K, tokens * p.HV * p.V, 0};
-    if ((e = widen(src, dst, n, dt, st)) != cudaSuccess) return cuda_error("widen launch", e);
-    q_in = dst[0];
-    k_in = dst[1];
-    v_in = dst[2];
-  }
   const FrontBufs fb = front_bufs(sv, sl.front, base, pl.seqs, pl.chunks);
   FrontOutputs fo;
   fo.ht = out.final_state.present() ? out.final_state.data : nullptr;
@@ -1085,7 +985,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
   fo.o = out.o.data;
   fo.o_dt = dt;
   fo.hs = base + pl.hs;
-  if (Status fs = run_front(p, in, cdt, cf.split, q_in, k_in, v_in, fb, fo, st); !fs.ok()) return fs;
+  if (Status fs = run_front(p, in, cdt, cf.split, fb, fo, st); !fs.ok()) return fs;
   if (out.h.present() && p.num_chunks > 0) {  // return_intermediate_states: the saved float32 states
     const int64_t n = p.num_chunks * p.HV * p.K * p.V;
     if (out.h.dtype == DType::kFloat32) {

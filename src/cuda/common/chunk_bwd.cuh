@@ -108,7 +108,7 @@ cudaError_t launch_token_bwd(const TokenParams& p, cudaStream_t s);
 struct DhParams {
   const void *Aqk, *KgT, *Qg, *W;  // compute type, per (chunk, hv) block
   const float* gexp;               // [blocks][K]
-  const void* d_o;                 // [tokens][HV][V]
+  const void* d_o;                 // [tokens][HV][V], the caller's (d_o_dt)
   const SeqInfo* seqs;
   const void* dht;  // optional [N][HV][K][V] (or [V][K])
   int dht_dt;
@@ -123,9 +123,9 @@ struct DhParams {
   // in, dN's low half out, so that Kg dS⁺ and the stored dN carry ~16 mantissa bits.
   const void* KgT_lo = nullptr;
   void* dN_lo = nullptr;
-  // The float32 form on bfloat16 inputs: the caller's dO rows (exact in bf16), which the Hopper
-  // pass 1 reads instead of the widened d_o (dh_wgmma_applies); null otherwise.
-  const void* d_o16 = nullptr;
+  // dO's dtype code when it differs from the compute type: the float32 form on the caller's
+  // 16-bit dO (exact in float32; read as such, no float32 copy); -1: the compute type.
+  int d_o_dt = -1;
 };
 
 struct WyGate {
@@ -145,7 +145,8 @@ struct WyGate {
 
 struct WyParams {
   const kern::ChunkInfo* chunks;
-  const void *q, *k, *v, *d_o;  // inputs, compute type
+  const void *q, *k, *v, *d_o;  // the caller's inputs: the compute type, or in_dt's
+  int in_dt = -1;               // their dtype code when it differs (float32 form, 16-bit inputs); -1: the compute type
   const void* beta;
   int beta_dt, beta_mode;
   WyGate gate;
@@ -180,7 +181,7 @@ cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 
 // Pass 1 on Hopper (sm90/chunk_dh_wgmma.cuh; sm90/chunk_recurrence_wgmma.cu says where): sm_90a
 // builds on a CC 9.0 device, K = 128, V a multiple of 64; a 16-bit compute type (the split form
-// with the delta rule only), or the float32 form on bfloat16 inputs (d_o16 set). dh_kernel runs
+// with the delta rule only), or the float32 form on bfloat16 inputs (d_o_dt 1). dh_kernel runs
 // the rest (float32 and float16 inputs computing in float32, other head sizes, other GPUs).
 bool dh_wgmma_applies(int dtype, const DhParams& p);
 cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);

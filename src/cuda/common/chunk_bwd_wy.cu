@@ -55,20 +55,24 @@ __device__ __forceinline__ void tile_async(T* dst, int sld, const T* src, int64_
   kern::tile_copy_rt<T, kThreads>(dst, sld, src, gld, rows, cols, valid);
 }
 
-// 64 x 64 tile copy (global row stride gld -> shared stride sld) by cp.async; rows >= valid are
-// zero-filled. A group of them is landed by land() before the barrier that publishes them, so all
-// of a group's loads are in flight at once.
+// 64 x 64 tile copy of a workspace tile (global row stride gld -> shared stride sld) by cp.async,
+// every row valid (the per-chunk tiles are zero past a chunk's end). A group of them is landed by
+// land() before the barrier that publishes them, so all of a group's loads are in flight at once.
 template <class T>
-__device__ __forceinline__ void tile64(T* dst, int sld, const T* src, int64_t gld, int valid) {
-  kern::tile_copy<T, 64, 64, kThreads, true>(dst, sld, src, gld, threadIdx.x, valid);
-}
-template <class T>  // every row valid (the workspace's per-chunk tiles are zero past a chunk's end)
 __device__ __forceinline__ void tile64(T* dst, int sld, const T* src, int64_t gld) {
   kern::tile_copy<T, 64, 64, kThreads>(dst, sld, src, gld, threadIdx.x);
 }
 __device__ __forceinline__ void land() {
   cp_commit();
   cp_wait<0>();
+}
+// A ROWS x COLS tile of the caller's rows (element type In) into a tile of the compute type T:
+// cp.async when the two agree (landed by land()), else (the float32 form on 16-bit inputs)
+// converting loads, complete at the next barrier. PRED: rows at or past `valid` are zero.
+template <class T, int ROWS, int COLS, bool PRED = false, class In>
+__device__ __forceinline__ void tile_in(T* dst, int sld, const In* src, int64_t gld, int valid = ROWS) {
+  if constexpr (std::is_same_v<T, In>) kern::tile_copy<T, ROWS, COLS, kThreads, PRED>(dst, sld, src, gld, threadIdx.x, valid);
+  else kern::tile_widen<In, ROWS, COLS, kThreads, PRED>(dst, sld, src, gld, threadIdx.x, valid);
 }
 
 
@@ -110,7 +114,8 @@ struct DhLayout {
   }
 };
 
-template <class T, int K, int VT>
+// In: dO's element type (T, or the caller's 16-bit type for the float32 form: DhParams::d_o_dt).
+template <class T, int K, int VT, class In = T>
 __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
   using Lay = DhLayout<T, K, VT>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -175,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
   const T* KTlg = static_cast<const T*>(p.KgT_lo);
   const T* Qgg = static_cast<const T*>(p.Qg);
   const T* Wg = static_cast<const T*>(p.W);
-  const T* dOg = static_cast<const T*>(p.d_o);
+  const In* dOg = static_cast<const In*>(p.d_o);
 
   auto issue = [&](int ci) {
     unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * stage_bytes;
@@ -188,8 +193,13 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
     }
     tile_async<T>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, kC, K, kC);
     if (p.delta) tile_async<T>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, kC, K, kC);
-    tile_async<T>(reinterpret_cast<T*>(st + Lay::o_off), Lay::ldo,
-                  dOg + (static_cast<int64_t>(t0) * HV + hv) * V + v0, static_cast<int64_t>(HV) * V, kC, VT, Lc);
+    const In* orow = dOg + (static_cast<int64_t>(t0) * HV + hv) * V + v0;
+    if constexpr (std::is_same_v<T, In>) {
+      tile_async<T>(reinterpret_cast<T*>(st + Lay::o_off), Lay::ldo, orow, static_cast<int64_t>(HV) * V, kC, VT, Lc);
+    } else {  // converting loads: complete before the barrier that follows the wait
+      kern::tile_widen_rt<In, kThreads>(reinterpret_cast<T*>(st + Lay::o_off), Lay::ldo, orow, static_cast<int64_t>(HV) * V,
+                                        kC, VT, Lc);
+    }
     tile_async<float>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, 1, K, 1);
     cp_commit();
   };
@@ -240,13 +250,14 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
       gex = reinterpret_cast<const float*>(st + Lay::ge_off);
     } else {
       // big operands straight from global memory (float K = 256 only); dO staged with zero rows
-      constexpr int per = 16 / sizeof(T);
+      constexpr int per = 16 / sizeof(In);
       const int ppr = VT / per;
       for (int e = tid; e < kC * ppr; e += kThreads) {
         const int r = e / ppr, cpc = (e - r * ppr) * per;
         uint4 u = make_uint4(0, 0, 0, 0);
         if (r < Lc) u = *reinterpret_cast<const uint4*>(dOg + (static_cast<int64_t>(t0 + r) * HV + hv) * V + v0 + cpc);
-        *reinterpret_cast<uint4*>(dO0 + r * Lay::ldo + cpc) = u;
+        if constexpr (std::is_same_v<T, In>) *reinterpret_cast<uint4*>(dO0 + r * Lay::ldo + cpc) = u;
+        else kern::store_widened<In>(dO0 + r * Lay::ldo + cpc, u);
       }
       pA = Ag + blk * kC * kC;
       pKT = KTg + blk * K * kC;
@@ -397,9 +408,9 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
 //   X_ij = Γ_ij (A1_ij ⟨q̂_i, k̂_j⟩ + β_i dM_ij ⟨k̂_i, k̂_j⟩)  (j < i; the pairs of the decayed products)
 // rt, ct, cacc were gathered over the K tiles (the V-side products); the Gram matrices are formed
 // here over K. Writes dg_t into channel 0 of pg's row (zeros elsewhere), which finish_gb sums.
-template <class T, int ld, int ldg>
+template <class T, int ld, int ldg, class In>
 __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, const T* dMs, T* qs, T* ks,
-                                               const T* qbase, const T* kbase, int64_t qk_row, const float* gsc,
+                                               const In* qbase, const In* kbase, int64_t qk_row, const float* gsc,
                                                const float* rq, const float* rk, const float* bet,
                                                const float* rtacc, const float* ctacc, const float* cacc,
                                                float* Xs, float* dgt, int t0, int Lc, int hv) {
@@ -410,8 +421,8 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
   zero_acc(gk);
   __syncthreads();  // every warp is done with the last K tile's qs, ks
   for (int c0 = 0; c0 < p.K; c0 += 64) {
-    tile64<T>(qs, ld, qbase + c0, qk_row, Lc);
-    tile64<T>(ks, ld, kbase + c0, qk_row, Lc);
+    tile_in<T, 64, 64, true>(qs, ld, qbase + c0, qk_row, Lc);
+    tile_in<T, 64, 64, true>(ks, ld, kbase + c0, qk_row, Lc);
     land();
     __syncthreads();
     mma_op<T, 1, 4, false, false>(gq, qs, ld, ks, ld, tm0, n0, 0, 64);
@@ -481,7 +492,9 @@ struct WyLayout {
 
 // DELTA: WyParams::delta as a template argument (the kernel runs at its register limit; the
 // delta-rule instantiations keep their code and allocation).
-template <class T, bool VEC, bool DELTA>
+// In: the element type of q, k, v, dO (T, or the caller's 16-bit type for the float32 form:
+// WyParams::in_dt).
+template <class T, bool VEC, bool DELTA, class In = T>
 __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const WyParams p) {
   using L = WyLayout<T>;
   constexpr int ld = L::ld, ldg = L::ldg;
@@ -514,16 +527,16 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   float* segtot = sm + 832;   // [4][64]
   float* dbp = sm + 1088;     // [2][64] (ends at 1216 = 19 x 64)
 
-  const T* qg = static_cast<const T*>(p.q);
-  const T* kg = static_cast<const T*>(p.k);
-  const T* vg = static_cast<const T*>(p.v);
-  const T* dOg = static_cast<const T*>(p.d_o);
+  const In* qg = static_cast<const In*>(p.q);
+  const In* kg = static_cast<const In*>(p.k);
+  const In* vg = static_cast<const In*>(p.v);
+  const In* dOg = static_cast<const In*>(p.d_o);
   const int64_t qk_row = static_cast<int64_t>(H) * K;
   const int64_t v_row = static_cast<int64_t>(HV) * V;
-  const T* qbase = qg + static_cast<int64_t>(t0) * qk_row + static_cast<int64_t>(h) * K;
-  const T* kbase = kg + static_cast<int64_t>(t0) * qk_row + static_cast<int64_t>(h) * K;
-  const T* vbase = vg + static_cast<int64_t>(t0) * v_row + static_cast<int64_t>(hv) * V;
-  const T* dObase = dOg + static_cast<int64_t>(t0) * v_row + static_cast<int64_t>(hv) * V;
+  const In* qbase = qg + static_cast<int64_t>(t0) * qk_row + static_cast<int64_t>(h) * K;
+  const In* kbase = kg + static_cast<int64_t>(t0) * qk_row + static_cast<int64_t>(h) * K;
+  const In* vbase = vg + static_cast<int64_t>(t0) * v_row + static_cast<int64_t>(hv) * V;
+  const In* dObase = dOg + static_cast<int64_t>(t0) * v_row + static_cast<int64_t>(hv) * V;
 
   // ---- 0. β, l2 norms (over all K), the gate transform
   const WyGate& ga = p.gate;
@@ -629,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       tile64<T>(Nlos, ld, Nlg + v0, V);
     }
     tile64<T>(Ns, ld, Ng + v0, V);
-    tile64<T>(dOs, ld, dObase + v0, v_row, Lc);
+    tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
     land();
     __syncthreads();
     float y[1][4][4];
@@ -661,7 +674,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
                     y1 - to_f(from_f<T>(y1)));
         }
         if (i < Lc) {
-          const T* vr = vbase + i * v_row + v0 + vv;
+          const In* vr = vbase + i * v_row + v0 + vv;
           // ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the same dY:
           // the rounded one, or in split mode the float one (dX then uses hi + lo)
           const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
@@ -738,8 +751,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const float* dhg = p.dh + blk * K * V;
   const T* dYr = dYg;
   for (int c0 = 0; c0 < K; c0 += 64) {
-    tile64<T>(qs, ld, qbase + c0, qk_row, Lc);
-    tile64<T>(ks, ld, kbase + c0, qk_row, Lc);
+    tile_in<T, 64, 64, true>(qs, ld, qbase + c0, qk_row, Lc);
+    tile_in<T, 64, 64, true>(ks, ld, kbase + c0, qk_row, Lc);
     {
       const int cc = tid & 63, seg = tid >> 6;
       if constexpr (VEC) {
@@ -787,7 +800,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     zero_acc(ax);
     float rs = 0.f;
     for (int v0 = 0; v0 < V; v0 += kVB) {
-      kern::tile_copy<T, 64, kVB, kThreads, true>(dOs, ldb, dObase + v0, v_row, tid, Lc);
+      tile_in<T, 64, kVB, true>(dOs, ldb, dObase + v0, v_row, Lc);
       kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
       if (delta) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
       if (split) {  // the low halves (dY's written by this CTA in phase A)
@@ -1094,14 +1107,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       __syncthreads();
     }
   }
-  if constexpr (!VEC) scalar_gate_dg<T, ld, ldg>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
+  if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
                                                  ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
   if (tid < Lc) p.pb[static_cast<int64_t>(t0 + tid) * HV + hv] = dbacc[tid];
 }
 
-template <class T, int K, int VT>
+template <class T, int K, int VT, class In>
 cudaError_t launch_dh_t(const DhParams& p, int smem, cudaStream_t s) {
-  auto kernel = dh_kernel<T, K, VT>;
+  auto kernel = dh_kernel<T, K, VT, In>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(p.V / VT, p.HV, p.N);
@@ -1109,12 +1122,12 @@ cudaError_t launch_dh_t(const DhParams& p, int smem, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-template <class T, int VT>
+template <class T, int VT, class In = T>
 cudaError_t launch_dh_k(const DhParams& p, int smem, cudaStream_t s) {
   switch (p.K) {
-    case 64: return launch_dh_t<T, 64, VT>(p, smem, s);
-    case 128: return launch_dh_t<T, 128, VT>(p, smem, s);
-    default: return launch_dh_t<T, 256, VT>(p, smem, s);
+    case 64: return launch_dh_t<T, 64, VT, In>(p, smem, s);
+    case 128: return launch_dh_t<T, 128, VT, In>(p, smem, s);
+    default: return launch_dh_t<T, 256, VT, In>(p, smem, s);
   }
 }
 
@@ -1131,9 +1144,9 @@ std::size_t dh_smem_k(int K, int stages, bool split) {
   }
 }
 
-template <class T, bool VEC, bool DELTA>
+template <class T, bool VEC, bool DELTA, class In = T>
 cudaError_t launch_wy_t(const WyParams& p, cudaStream_t s) {
-  auto kernel = wy_kernel<T, VEC, DELTA>;
+  auto kernel = wy_kernel<T, VEC, DELTA, In>;
   const int smem = WyLayout<T>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -1147,7 +1160,10 @@ cudaError_t launch_wy_v(int dtype, const WyParams& p, cudaStream_t s) {
   switch (dtype) {
     case 0: return launch_wy_t<__half, VEC, DELTA>(p, s);
     case 1: return launch_wy_t<__nv_bfloat16, VEC, DELTA>(p, s);
-    default: return launch_wy_t<float, VEC, DELTA>(p, s);
+    default:  // float32 compute on float32 rows, or on the caller's 16-bit rows (p.in_dt)
+      if (p.in_dt == 0) return launch_wy_t<float, VEC, DELTA, __half>(p, s);
+      if (p.in_dt == 1) return launch_wy_t<float, VEC, DELTA, __nv_bfloat16>(p, s);
+      return launch_wy_t<float, VEC, DELTA>(p, s);
   }
 }
 
@@ -1165,7 +1181,10 @@ cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s) {
   switch (dtype) {
     case 0: return launch_dh_k<__half, config::dh_v_tile(0)>(p, smem, s);
     case 1: return launch_dh_k<__nv_bfloat16, config::dh_v_tile(1)>(p, smem, s);
-    default: return launch_dh_k<float, config::dh_v_tile(2)>(p, smem, s);
+    default:  // float32 compute; dO float32 or the caller's 16-bit rows (p.d_o_dt)
+      if (p.d_o_dt == 0) return launch_dh_k<float, config::dh_v_tile(2), __half>(p, smem, s);
+      if (p.d_o_dt == 1) return launch_dh_k<float, config::dh_v_tile(2), __nv_bfloat16>(p, smem, s);
+      return launch_dh_k<float, config::dh_v_tile(2)>(p, smem, s);
   }
 }
 

@@ -51,6 +51,10 @@ struct PrepParams {
   float lower_bound;
   int has_alog, has_dtb;
   int q_in_smem;
+  // dtype code of q, k, v when it differs from the compute type: the float32 form of the backward
+  // reading the caller's 16-bit rows (exact in float32) instead of float32 copies; -1: the
+  // compute type.
+  int in_dt = -1;
   // The delta rule (KDA, GDN: 1; GLA, simple GLA: 0: no β, K Kᵀ, inverse or W; U = V).
   int delta = 1;
   // simple GLA: the per-head constant gate [HV] (dtype code gg_dt) added to every token's gate

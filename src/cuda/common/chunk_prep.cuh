@@ -5,7 +5,10 @@
 // template argument so that the delta-rule families' kernels keep their code and registers.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/copy.cuh"
 #include "cuda/common/prep_gate.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/tri_inverse.cuh"
@@ -51,8 +54,12 @@ struct PrepSmem {
 template <class T, bool VEC>
 constexpr int prep_min_blocks() { return (!VEC && kIs16<T>) ? 3 : 2; }
 
-template <class T, bool VEC, bool DELTA>
+// In: the element type of q, k, v in global memory: T, or for the float32 form (T = float) the
+// caller's 16-bit type (PrepParams::in_dt), converted as the rows are read.
+template <class T, bool VEC, bool DELTA, class In = T>
 __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk_prep_kernel(const PrepParams p) {
+  static_assert(std::is_same_v<In, T> || std::is_same_v<T, float>, "16-bit compute reads its own type");
+  constexpr bool kSame = std::is_same_v<In, T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
   const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G;
@@ -76,9 +83,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // γ of token i, channel d
   auto gm = [&](int i, int d) -> float { return VEC ? gam[i * ldg + d] : gam[i]; };
 
-  const T* qg = static_cast<const T*>(p.q);
-  const T* kg = static_cast<const T*>(p.k);
-  const T* vg = static_cast<const T*>(p.v);
+  const In* qg = static_cast<const In*>(p.q);
+  const In* kg = static_cast<const In*>(p.k);
+  const In* vg = static_cast<const In*>(p.v);
   const int64_t blk = static_cast<int64_t>(c) * HV + hv;
 
   // ---- 1a. gates: transform + chunk-local cumsum. Vector gate: thread = (key channel d, segment
@@ -143,8 +150,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   }
   // ---- 2a. k (and q) rows, raw, 16-byte vector copies, with the l2 norms of the rows (the
   // pieces of one row lie on consecutive lanes); beta
-  constexpr int per = 16 / static_cast<int>(sizeof(T));
-  const int pieces = K / per;            // 16-byte pieces per row (8..64)
+  constexpr int per = 16 / static_cast<int>(sizeof(In));
+  const int pieces = K / per;            // 16-byte pieces of In per row (8..64)
   const bool fuse_norm = pieces <= 32;   // a row within one warp
   {
     const int lp = 31 - __clz(pieces);
@@ -167,12 +174,17 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         const int e = e0 + u * kPrepThreads + tid;
         if (e0 + u * kPrepThreads >= total) break;  // uniform
         const int i = e >> lp, d = (e & (pieces - 1)) * per;
-        *reinterpret_cast<uint4*>(ks + i * ldk + d) = kv[u];
-        if (qsm) *reinterpret_cast<uint4*>(qs + i * ldk + d) = qv[u];
+        if constexpr (kSame) {
+          *reinterpret_cast<uint4*>(ks + i * ldk + d) = kv[u];
+          if (qsm) *reinterpret_cast<uint4*>(qs + i * ldk + d) = qv[u];
+        } else {
+          store_widened<In>(ks + i * ldk + d, kv[u]);
+          if (qsm) store_widened<In>(qs + i * ldk + d, qv[u]);
+        }
         if (fuse_norm) {
           float sk = 0.f, sq = 0.f;
-          const T* ke = reinterpret_cast<const T*>(&kv[u]);
-          const T* qe = reinterpret_cast<const T*>(&qv[u]);
+          const In* ke = reinterpret_cast<const In*>(&kv[u]);
+          const In* qe = reinterpret_cast<const In*>(&qv[u]);
 #pragma unroll
           for (int m = 0; m < per; ++m) {
             const float a = to_f(ke[m]), b = to_f(qe[m]);
@@ -257,11 +269,16 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
     if (tid < K) p.gexp[blk * K + tid] = expf(gam[kC - 1]);
   }
 
-  // q element (raw) of row i, channel d
-  const T* qsrc = qsm ? qs : qg + static_cast<int64_t>(t0) * H * K + static_cast<int64_t>(h) * K;
+  // q element (raw) of row i, channel d: from shared memory or the caller's rows
+  const In* qrow0 = qg + static_cast<int64_t>(t0) * H * K + static_cast<int64_t>(h) * K;
+  const T* qsrc = nullptr;  // kSame: either source as one pointer (the 16-bit paths read it directly)
+  if constexpr (kSame) qsrc = qsm ? qs : qrow0;
   const int ldq = qsm ? ldk : H * K;
   const int qrows = qsm ? kC : Lc;
-  auto qraw = [&](int i, int d) -> float { return i < qrows ? to_f(qsrc[static_cast<int64_t>(i) * ldq + d]) : 0.f; };
+  auto qraw = [&](int i, int d) -> float {
+    if constexpr (kSame) return i < qrows ? to_f(qsrc[static_cast<int64_t>(i) * ldq + d]) : 0.f;
+    else return i >= qrows ? 0.f : (qsm ? qs[i * ldk + d] : to_f(qrow0[static_cast<int64_t>(i) * ldq + d]));
+  };
 
   T* Aout = static_cast<T*>(p.Aqk) + blk * kC * kC;  // Aqk written straight to global
   // ---- 3a. 16x16 blocks of K Kᵀ and Q Kᵀ (with decay) on tensor cores, row block I against
@@ -492,7 +509,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // 4b. off-diagonal blocks by levels on the TF32 tensor cores (one warp per block):
   //     T_IJ = -T_II sum_{J <= K' < I} A_IK' T_K'J; level I-J = 1, 2, 3 (3, 2, 1 blocks).
   // β v (16-bit, V <= 128) is loaded into registers first and staged in the Akk area after the inverse.
-  const T* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
+  const In* vbase = vg + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
   const int ldv = V + pad_elems<T>();
   const bool vstage = kIs16<T> && kC * ldv * static_cast<int>(sizeof(T)) <= kC * kLdA * 4;
   const int vpieces = V / per;
@@ -615,7 +632,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
       const int j = e >> lvp, d = (e & (vpieces - 1)) * per;
       uint4 u = make_uint4(0, 0, 0, 0);
       if (j < Lc) u = __ldg(reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(j) * HV * V + d));
-      *reinterpret_cast<uint4*>(Uout + j * V + d) = u;
+      if constexpr (kSame) *reinterpret_cast<uint4*>(Uout + j * V + d) = u;
+      else store_widened<In>(Uout + j * V + d, u);
       if (p.U_lo) *reinterpret_cast<uint4*>(static_cast<T*>(p.U_lo) + blk * kC * V + j * V + d) = make_uint4(0, 0, 0, 0);
     }
     return;  // (the rest is the delta rule's)
@@ -827,9 +845,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   }
 }
 
-template <class T, bool VEC, bool DELTA>
+template <class T, bool VEC, bool DELTA, class In = T>
 cudaError_t launch_prep_t(const PrepParams& p, int smem, cudaStream_t s) {
-  auto kernel = chunk_prep_kernel<T, VEC, DELTA>;
+  auto kernel = chunk_prep_kernel<T, VEC, DELTA, In>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(p.num_chunks, p.HV);
@@ -842,7 +860,10 @@ cudaError_t launch_prep_dispatch(int dtype, const PrepParams& p, int smem, cudaS
   switch (dtype) {
     case 0: return launch_prep_t<__half, VEC, DELTA>(p, smem, s);
     case 1: return launch_prep_t<__nv_bfloat16, VEC, DELTA>(p, smem, s);
-    default: return launch_prep_t<float, VEC, DELTA>(p, smem, s);
+    default:  // float32 compute on float32 rows, or on the caller's 16-bit rows (p.in_dt)
+      if (p.in_dt == 0) return launch_prep_t<float, VEC, DELTA, __half>(p, smem, s);
+      if (p.in_dt == 1) return launch_prep_t<float, VEC, DELTA, __nv_bfloat16>(p, smem, s);
+      return launch_prep_t<float, VEC, DELTA>(p, smem, s);
   }
 }
 

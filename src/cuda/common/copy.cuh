@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/mma.cuh"  // to_f
+
 namespace linattn::cuda::kern {
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -56,6 +58,55 @@ __device__ __forceinline__ void tile_copy_rt(T* dst, int sld, const T* src, int6
     const int r = e / ppr, cpc = (e - r * ppr) * per;
     const bool ok = r < valid;
     cp_async16_zfill(dst + r * sld + cpc, ok ? src + r * gld + cpc : src, ok);
+  }
+}
+
+// 16 bytes of In at src, converted to float at dst (16 / sizeof(In) elements; dst 16-byte aligned).
+template <class In>
+__device__ __forceinline__ void store_widened(float* dst, const uint4& u) {
+  constexpr int n = 16 / static_cast<int>(sizeof(In));
+  const In* e = reinterpret_cast<const In*>(&u);
+#pragma unroll
+  for (int m = 0; m < n; m += 4)
+    *reinterpret_cast<float4*>(dst + m) = make_float4(to_f(e[m]), to_f(e[m + 1]), to_f(e[m + 2]), to_f(e[m + 3]));
+}
+
+// tile_copy's shape and predicate, from 16-bit global rows into a float tile (the backward's
+// float32 form reads the caller's bf16 / fp16 q, k, v, dO, exact in float32, instead of widened
+// copies): plain loads, all of a thread's in flight before its converted stores, so the tile is
+// complete at the block's next barrier (no cp.async group to land).
+template <class In, int ROWS, int COLS, int NT, bool PRED = false>
+__device__ __forceinline__ void tile_widen(float* dst, int sld, const In* src, int64_t gld, int tid,
+                                           int valid = ROWS) {
+  constexpr int per = 16 / sizeof(In);
+  constexpr int ppr = COLS / per;
+  constexpr int total = ROWS * ppr;
+  constexpr int iters = (total + NT - 1) / NT;
+  static_assert(NT % ppr == 0 || total <= NT, "tile shape");
+  const int r0 = tid / ppr, cpe = (tid % ppr) * per;
+  constexpr int rstep = NT / ppr > 0 ? NT / ppr : 1;
+  uint4 u[iters];
+#pragma unroll
+  for (int it = 0; it < iters; ++it) {
+    const int r = r0 + it * rstep;
+    const bool ok = (total % NT == 0 || it * NT + tid < total) && (!PRED || r < valid);
+    u[it] = ok ? __ldg(reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * gld + cpe)) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int it = 0; it < iters; ++it)
+    if (total % NT == 0 || it * NT + tid < total) store_widened<In>(dst + (r0 + it * rstep) * sld + cpe, u[it]);
+}
+
+// The same with runtime shapes (tile_copy_rt's), by the block's NT threads.
+template <class In, int NT>
+__device__ __forceinline__ void tile_widen_rt(float* dst, int sld, const In* src, int64_t gld, int rows, int cols,
+                                              int valid) {
+  constexpr int per = 16 / sizeof(In);
+  const int ppr = cols / per;
+  for (int e = threadIdx.x; e < rows * ppr; e += NT) {
+    const int r = e / ppr, cpc = (e - r * ppr) * per;
+    const uint4 u = r < valid ? __ldg(reinterpret_cast<const uint4*>(src + r * gld + cpc)) : make_uint4(0, 0, 0, 0);
+    store_widened<In>(dst + r * sld + cpc, u);
   }
 }
 

@@ -36,14 +36,12 @@ bool needs_float32(const detail::Problem& p);
 // Name of a Compute value as recorded in a saved header ("fast16", "split", "float32").
 const char* compute_name(int32_t c);
 
-// What the compute form means for the buffers: float32 (16-bit inputs widened first), or the
-// 16-bit input type, with the split form's low halves.
+// What the compute form means for the buffers: float32 (16-bit inputs read in place, converted as
+// the kernels load them), or the 16-bit input type, with the split form's low halves.
 struct ComputeForm {
-  bool f32, split, widen;
+  bool f32, split;
   ComputeForm(DType input, Compute compute)
-      : f32(compute == Compute::kFloat32 || input == DType::kFloat32),
-        split(!f32 && compute == Compute::kSplit),
-        widen(f32 && input != DType::kFloat32) {}
+      : f32(compute == Compute::kFloat32 || input == DType::kFloat32), split(!f32 && compute == Compute::kSplit) {}
 };
 
 }  // namespace linattn::cuda::config

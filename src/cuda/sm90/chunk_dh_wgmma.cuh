@@ -282,7 +282,7 @@ __device__ __forceinline__ void produce_stages(const bwd::DhParams& p, Smem& sm,
 
 // The float32 form's producer (DhForm::kWide): half-step h stages X (h even) or Y (h odd) of chunk
 // nch - 1 - h / 2 into slot h % SLOTS: Aqk, KgT, Qg, W read in float32 and split into bf16 hi + lo,
-// dO from the caller's bf16 rows (DhParams::d_o16).
+// dO from the caller's bf16 rows (DhParams::d_o, d_o_dt 1).
 template <bool DELTA, int SLOTS, class Smem>
 __device__ __forceinline__ void produce_wide(const bwd::DhParams& p, Smem& sm, const SeqInfo& si, int nch, int hv,
                                              int v0, int tid) {
@@ -308,7 +308,7 @@ __device__ __forceinline__ void produce_wide(const bwd::DhParams& p, Smem& sm, c
       // arrive below (cp.async data would need the barrier to track it, and a slot's bytes
       // belong to different threads in X and Y)
       const int valid = min(kC, si.len - ci * kC);
-      const T* o0 = static_cast<const T*>(p.d_o16) + static_cast<int64_t>(si.t0 + ci * kC) * os +
+      const T* o0 = static_cast<const T*>(p.d_o) + static_cast<int64_t>(si.t0 + ci * kC) * os +
                     static_cast<int64_t>(hv) * V + v0;
       uint4 ov[kC * kVT / 8 / kThreads];
 #pragma unroll
@@ -407,10 +407,10 @@ cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
 // The instantiations of one 16-bit type (chunk_dh_wgmma_{bf16,fp16}.cu): three stages (two chunks
 // in flight), two in the split form (a stage is 80.5 KB). The split form has the delta rule only
 // (config::compute_of: GLA and simple GLA never split); the float32 form reads float32 operands
-// (d_o16 set: bf16 inputs only).
+// (d_o_dt 1: bf16 inputs only).
 template <class T>
 cudaError_t launch_dh_type(const bwd::DhParams& p, cudaStream_t s) {
-  if (p.d_o16) {
+  if (p.d_o_dt == 1) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>)
       return p.delta ? launch_dh<T, true, DhForm::kWide, 3>(p, s) : launch_dh<T, false, DhForm::kWide, 3>(p, s);
     return cudaErrorInvalidValue;

@@ -95,8 +95,8 @@ cudaError_t launch_dh_wgmma_fp16(const DhParams& p, cudaStream_t s);
 
 bool dh_wgmma_applies(int dtype, const DhParams& p) {
   const bool split = p.KgT_lo != nullptr;
-  if (p.d_o16)  // the float32 form on bf16 inputs
-    return dtype == 2 && !split && p.dN_lo == nullptr && (!p.delta || p.W != nullptr) &&
+  if (p.d_o_dt >= 0)  // the float32 form on 16-bit inputs: Hopper's pass 1 splits float32 operands for bf16 dO
+    return dtype == 2 && p.d_o_dt == 1 && !split && p.dN_lo == nullptr && (!p.delta || p.W != nullptr) &&
            kern::recurrence_wgmma_supported(1, p.K, p.V);
   return kern::recurrence_wgmma_supported(dtype, p.K, p.V) && (split == (p.dN_lo != nullptr)) && (!split || p.delta) &&
          (!p.delta || p.W != nullptr);

@@ -523,7 +523,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     pp.in_dt = in_dt_of(p, cdt);
     pp.chunks = b.chunks;
     const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
-    pp.q_in_smem = smem.q_in_smem;
+    pp.q_in_smem = smem.q_in_smem && pp.in_dt < 0;  // 16-bit q under float32 compute: from global memory
     pp.W = p.delta ? b.W : nullptr;  // no delta rule: no W, no M⁻¹
     pp.U = b.U;
     pp.Qg = b.Qg;

@@ -66,8 +66,10 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const ChunkInfo ci = p.chunks[c];
   const int t0 = ci.t0, Lc = ci.len;
-  // 16-bit scalar gate: q always in shared memory (PrepSmem reserves it)
-  const bool qsm = p.q_in_smem != 0 || (!VEC && kIs16<T>);
+  // 16-bit scalar gate: q always in shared memory (PrepSmem reserves it). The caller's 16-bit q
+  // under float32 compute is read from global memory where the products need it (the host does
+  // not set q_in_smem then), so that the products' loaders have one source, known at compile time.
+  const bool qsm = kSame && (p.q_in_smem != 0 || (!VEC && kIs16<T>));
   const PrepSmem L(K, sizeof(T), qsm, VEC);
   const int ldg = VEC ? K + 4 : 1, ldk = K + pad_elems<T>();
   float* gam = reinterpret_cast<float*>(smem + L.gam);  // γ: [64][K+4] (vector gate) or [64]
@@ -277,7 +279,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   const int qrows = qsm ? kC : Lc;
   auto qraw = [&](int i, int d) -> float {
     if constexpr (kSame) return i < qrows ? to_f(qsrc[static_cast<int64_t>(i) * ldq + d]) : 0.f;
-    else return i >= qrows ? 0.f : (qsm ? qs[i * ldk + d] : to_f(qrow0[static_cast<int64_t>(i) * ldq + d]));
+    else return i < Lc ? to_f(qrow0[static_cast<int64_t>(i) * H * K + d]) : 0.f;
   };
 
   T* Aout = static_cast<T*>(p.Aqk) + blk * kC * kC;  // Aqk written straight to global

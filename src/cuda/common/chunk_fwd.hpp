@@ -202,7 +202,9 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 // where the prep writes U or reads the vector gate): the scalar gate (GDN; simple GLA without W and
 // U; sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit; the
 // vector gate (KDA, GLA: sm90/intra_chunk_vector_gate.cuh) with Qg, KgT, Aqk, gexp and the delta
-// rule's W, U, bf16 — for KDA also the backward's exports (Ainv, and U_lo with KgT_lo or neither).
+// rule's W, U, bf16 — for KDA also the backward's exports (Ainv, and U_lo with KgT_lo or neither);
+// dtype 2 (the backward's float32 form on bf16 inputs, in_dt 1): the vector gate's WIDE form, every
+// output float32 from bf16 hi + lo products.
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p);
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s);
 

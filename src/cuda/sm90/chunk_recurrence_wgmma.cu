@@ -14,6 +14,7 @@ cudaError_t launch_state_wide_wgmma(const StateParams& p, cudaStream_t s);
 cudaError_t launch_prep_wgmma_fp16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s);
+cudaError_t launch_prep_vector_wide_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 
 namespace {
 // Whether the current device is compute capability 9.0, cached per device: fused_tile and
@@ -66,6 +67,11 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 }
 
 bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
+  if (dtype == 2)  // the float32 form on bf16 inputs (WIDE: float32 outputs from bf16 hi + lo products), vector gate
+    return vector_gate && p.in_dt == 1 && p.U_lo == nullptr && p.KgT_lo == nullptr && p.Aqk && p.gexp &&
+           recurrence_wgmma_supported(1, p.K, p.V) && (p.V == 64 || p.V == 128) && p.g != nullptr &&
+           p.g_gamma == nullptr && p.Qg && p.KgT && p.rowfac == nullptr &&
+           (p.delta ? (p.W && p.U && p.Ainv) : (!p.W && !p.U && !p.Ainv));
   const bool exports = p.Ainv || p.U_lo || p.KgT_lo;  // the backward's (vector gate with the delta rule only)
   if (exports && !(vector_gate && p.delta && p.Ainv && (p.U_lo == nullptr) == (p.KgT_lo == nullptr))) return false;
   const bool common = p.Aqk && p.gexp && recurrence_wgmma_supported(dtype, p.K, p.V);
@@ -82,6 +88,7 @@ bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
 }
 
 cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, cudaStream_t s) {
+  if (dtype == 2) return launch_prep_vector_wide_wgmma_bf16(p, s);  // the float32 form on bf16 inputs
   if (vector_gate) return p.delta ? launch_prep_vector_wgmma_bf16(p, s) : launch_prep_vector_nodelta_wgmma_bf16(p, s);
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }

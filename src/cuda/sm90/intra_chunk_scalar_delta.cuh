@@ -67,8 +67,10 @@ struct WorkspaceSink {
 // products: element i is (acc_row, acc_col); its column block J = i / 8 is compile-time, so a
 // block's base (T_II for J = warp, an off-diagonal T block for J < warp, none above) is chosen
 // once per J and the element offsets are one per-thread base plus immediates.
-// [backward] T itself, 16-bit, row-major [64][64] with zeros above the diagonal (pass 2's M⁻¹):
-// warp w writes block row w.
+// With SPLIT, *a1 receives the low halves of T diag(f0) instead (x - round(x); f1 unused): the
+// float32 form's hi + lo operand.
+// [backward] T itself, row-major [64][64] with zeros above the diagonal (pass 2's M⁻¹), 16-bit
+// (or float32 for the float32 form): warp w writes block row w.
 template <class T>
 __device__ __forceinline__ void store_inverse(const float* Ab, const float* Tb, int warp, int g, int t, T* out) {
   const int eb = g * kTriLd + 2 * t;
@@ -81,12 +83,14 @@ __device__ __forceinline__ void store_inverse(const float* Ab, const float* Tb, 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float2 tv = live ? *reinterpret_cast<const float2*>(blk + eb + 8 * h * kTriLd + 8 * q) : make_float2(0.f, 0.f);
-        *reinterpret_cast<uint32_t*>(out + (16 * warp + g + 8 * h) * kC + 16 * J + 8 * q + 2 * t) = pack2<T>(tv.x, tv.y);
+        T* o = out + (16 * warp + g + 8 * h) * kC + 16 * J + 8 * q + 2 * t;
+        if constexpr (std::is_same_v<T, float>) *reinterpret_cast<float2*>(o) = tv;
+        else *reinterpret_cast<uint32_t*>(o) = pack2<T>(tv.x, tv.y);
       }
   }
 }
 
-template <class Frag>
+template <bool SPLIT = false, class Frag>
 __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* Tb, int warp, int g, int t, Frag& a0,
                                                  const float* f0, Frag* a1, const float* f1) {
   using EE = typename Frag::value_type;
@@ -100,7 +104,7 @@ __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* T
       const int c = 16 * J + 8 * q + 2 * t;
       const float2 x0 = *reinterpret_cast<const float2*>(f0 + c);
       float2 x1 = make_float2(0.f, 0.f);
-      if (a1) x1 = *reinterpret_cast<const float2*>(f1 + c);
+      if (a1 && !SPLIT) x1 = *reinterpret_cast<const float2*>(f1 + c);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float2 tv = make_float2(0.f, 0.f);
@@ -108,7 +112,10 @@ __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* T
         const int i = 8 * J + 4 * q + 2 * h;
         a0(i) = EE(tv.x * x0.x);
         a0(i + 1) = EE(tv.y * x0.y);
-        if (a1) {
+        if constexpr (SPLIT) {
+          (*a1)(i) = EE(tv.x * x0.x - float(a0(i)));
+          (*a1)(i + 1) = EE(tv.y * x0.y - float(a0(i + 1)));
+        } else if (a1) {
           (*a1)(i) = EE(tv.x * x1.x);
           (*a1)(i + 1) = EE(tv.y * x1.y);
         }

@@ -17,8 +17,14 @@
 // Three CTAs an SM for both families (~75 KB of shared memory, 168 registers): the work is
 // latency-bound, so resident warps set its speed. One tile per operand is reused as the work moves
 // on (VectorGateSmem), and with the delta rule P_I has one register buffer, not two.
-// The same quantities as chunk_prep's vector-gate form (chunk_prep.cuh), which other GPUs, fp16,
-// other head sizes and the backward's recompute keep.
+// The same quantities as chunk_prep's vector-gate form (chunk_prep.cuh), which other GPUs, fp16 and
+// other head sizes keep.
+// WIDE: the backward's float32 form on bf16 inputs (its recompute): every output in float32 and
+// float32-grade (~16 mantissa bits), at the bf16 rate. The derived operands (P_I, L_q, L_k, W's B
+// operand, T diag(β)) are carried as bf16 hi + lo halves and each product is hi·hi + hi·lo + lo·hi
+// (two where one side is an input: T diag(β) v); q, k, v are exact in bf16
+// (docs/chunked_backward.md, "Why the gate-parameter gradients need float32-grade operands";
+// tools/precision's bf16x2). Two CTAs an SM (the low tiles add 32 KB).
 #pragma once
 
 #include "cuda/sm90/chunk_recurrence_wgmma.cuh"
@@ -51,13 +57,29 @@ struct alignas(1024) VectorGateSmem {
 };
 constexpr int kVOff = 12 * 1024;  // bytes into gam: past T's blocks and X, 1024-aligned for the swizzle
 
-template <class T, bool DELTA>
-__global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(const __grid_constant__ PrepParams p) {
+// WIDE: the low halves of L_q and L_k (then of W's B operand), in the q and k tiles' layouts.
+template <class E>
+struct alignas(1024) VectorGateWideSmem : VectorGateSmem<E> {
+  alignas(1024) E qlo[kC * kK];
+  alignas(1024) E klo[kK * kC];
+};
+
+// The two bf16 halves of x: hi = round(x), lo = round(x - hi).
+template <class E>
+__device__ __forceinline__ void split2(float x, E& hi, E& lo) {
+  hi = E(x);
+  lo = E(x - float(hi));
+}
+
+template <class T, bool DELTA, bool WIDE>
+__global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmma_kernel(const __grid_constant__ PrepParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using At = Atoms<T>;
   using E = typename At::E;
   using L = Layouts<E>;
-  using Smem = VectorGateSmem<E>;
+  using Smem = std::conditional_t<WIDE, VectorGateWideSmem<E>, VectorGateSmem<E>>;
+  using O = std::conditional_t<WIDE, float, T>;  // the outputs' element type
+  static_assert(!WIDE || std::is_same_v<T, __nv_bfloat16>, "WIDE: bf16 inputs");
   static_assert(10 * kTriBlock * sizeof(float) <= sizeof(Smem::q), "A's blocks fit the q tile");
   static_assert(9 * kTriBlock * sizeof(float) <= kVOff && kVOff + 2 * kC * kVT * sizeof(E) <= sizeof(Smem::gam),
                 "T's blocks and three warps' X, then the v tiles, fit γ's buffer");
@@ -177,8 +199,8 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   {
     const float* Rn = sm.gam + (16 * w + 15) * kLdG;
     const float* ekg = w < 3 ? sm.er + rpair(4, w + 1) * kK : nullptr;
-    T* kgt = static_cast<T*>(p.KgT) + blk * kK * kC;
-    T* kgt_lo = p.KgT_lo ? static_cast<T*>(p.KgT_lo) + blk * kK * kC : nullptr;
+    O* kgt = static_cast<O*>(p.KgT) + blk * kK * kC;
+    T* kgt_lo = !WIDE && p.KgT_lo ? static_cast<T*>(p.KgT_lo) + blk * kK * kC : nullptr;
     const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
 #pragma unroll
     for (int i = 0; i < kK / 2; i += 2) {
@@ -191,12 +213,17 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
       base[i + 1] = to_f(ke[1]) * __expf(rn.y - gj.y);
       const float2 f = ekg ? *reinterpret_cast<const float2*>(ekg + d) : make_float2(1.f, 1.f);
       const float ka = base[i] * f.x * rkj[h], kb = base[i + 1] * f.y * rkj[h];
-      // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
-      const int64_t off = (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t;
-      *reinterpret_cast<uint32_t*>(kgt + off) = movmatrix_trans(pack2<T>(ka, kb));
-      if (kgt_lo) {  // [backward, split] the low halves
-        const uint32_t lo = pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)));
-        *reinterpret_cast<uint32_t*>(kgt_lo + off) = movmatrix_trans(lo);
+      if constexpr (WIDE) {  // float32 (d, j) and (d + 1, j)
+        kgt[d * kC + j] = ka;
+        kgt[(d + 1) * kC + j] = kb;
+      } else {
+        // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
+        const int64_t off = (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t;
+        *reinterpret_cast<uint32_t*>(kgt + off) = movmatrix_trans(pack2<T>(ka, kb));
+        if (kgt_lo) {  // [backward, split] the low halves
+          const uint32_t lo = pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)));
+          *reinterpret_cast<uint32_t*>(kgt_lo + off) = movmatrix_trans(lo);
+        }
       }
     }
   }
@@ -206,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   // L_k = k e1 for the products, Qg = s r_q q e^γ to the workspace, r_k k e^γ (W's B) in place of k
   {
     const int d0 = 8 * (tid & 15);
-    T* qgw = static_cast<T*>(p.Qg) + blk * kC * kK;
+    O* qgw = static_cast<O*>(p.Qg) + blk * kC * kK;
 #pragma unroll 2
     for (int it = 0; it < kC * kK / 8 / kThreads; ++it) {
       const int i = (tid >> 4) + 8 * it, I = it >> 1;  // i >> 4 == it >> 1
@@ -230,21 +257,38 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
         e0[4 * h] = e.x; e0[4 * h + 1] = e.y; e0[4 * h + 2] = e.z; e0[4 * h + 3] = e.w;
       }
       const float sq = p.scale * sm.rq[i];
-      uint4 lq, lk, qo;
+      uint4 lq, lk, qo, lqlo, lklo;
       uint32_t* lqw = reinterpret_cast<uint32_t*>(&lq);
       uint32_t* lkw = reinterpret_cast<uint32_t*>(&lk);
       uint32_t* qow = reinterpret_cast<uint32_t*>(&qo);
+      float qf[8];  // WIDE: Qg in float32
 #pragma unroll
       for (int m = 0; m < 8; m += 2) {
         const float e1a = __expf(gm[m] - rr[m]), e1b = __expf(gm[m + 1] - rr[m + 1]);
         const float qa = to_f(qe[m]) * e1a, qb = to_f(qe[m + 1]) * e1b;
+        const float ka = to_f(ke[m]) * e1a, kb = to_f(ke[m + 1]) * e1b;
         lqw[m / 2] = pack2<T>(qa, qb);
-        lkw[m / 2] = pack2<T>(to_f(ke[m]) * e1a, to_f(ke[m + 1]) * e1b);
-        qow[m / 2] = pack2<T>(qa * e0[m] * sq, qb * e0[m + 1] * sq);
+        lkw[m / 2] = pack2<T>(ka, kb);
+        if constexpr (WIDE) {
+          reinterpret_cast<uint32_t*>(&lqlo)[m / 2] = pack2<T>(qa - to_f(from_f<T>(qa)), qb - to_f(from_f<T>(qb)));
+          reinterpret_cast<uint32_t*>(&lklo)[m / 2] = pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)));
+          qf[m] = qa * e0[m] * sq;
+          qf[m + 1] = qb * e0[m + 1] * sq;
+        } else {
+          qow[m / 2] = pack2<T>(qa * e0[m] * sq, qb * e0[m + 1] * sq);
+        }
       }
       *reinterpret_cast<uint4*>(qp) = lq;
       if constexpr (DELTA) *reinterpret_cast<uint4*>(kp) = lk;
-      *reinterpret_cast<uint4*>(qgw + i * kK + d0) = qo;
+      if constexpr (WIDE) {
+        const int off_q = kmajor_off<kC>(i, d0), off_k = mnmajor_off(d0, i);
+        *reinterpret_cast<uint4*>(reinterpret_cast<T*>(sm.qlo) + off_q) = lqlo;
+        if constexpr (DELTA) *reinterpret_cast<uint4*>(reinterpret_cast<T*>(sm.klo) + off_k) = lklo;
+        *reinterpret_cast<float4*>(qgw + i * kK + d0) = make_float4(qf[0], qf[1], qf[2], qf[3]);
+        *reinterpret_cast<float4*>(qgw + i * kK + d0 + 4) = make_float4(qf[4], qf[5], qf[6], qf[7]);
+      } else {
+        *reinterpret_cast<uint4*>(qgw + i * kK + d0) = qo;
+      }
     }
   }
   cutlass::arch::fence_view_async_shared();  // L_q, L_k -> the wgmmas
@@ -259,12 +303,15 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   using FragA = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{}));
   Acc16 accK[4], accQ[4];
   // P_I double-buffered (built while the previous block's products run), but single with the delta
-  // rule: its registers hold accK there, within three CTAs' 168 a thread
-  constexpr int kPBufs = DELTA ? 1 : 2;
+  // rule: its registers hold accK there, within three CTAs' 168 a thread. WIDE: one buffer of
+  // hi + lo halves.
+  constexpr int kPBufs = DELTA || WIDE ? 1 : 2;
   FragA Pa[kPBufs];
+  FragA Plo[1];  // WIDE's low halves (unused otherwise)
   auto issue = [&](auto Ic) {
     constexpr int I = decltype(Ic)::value;
     FragA& A = Pa[I % kPBufs];
+    [[maybe_unused]] FragA& Alo = Plo[0];
     // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
     const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1 < I ? w + 1 : 0) * kK : nullptr);
     if (w <= I) {  // warp-uniform
@@ -272,21 +319,42 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
       for (int i = 0; i < kK / 2; i += 2) {
         const int d = 8 * (i >> 2) + 2 * t;
         const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
-        A(i) = E(base[i] * fv.x);
-        A(i + 1) = E(base[i + 1] * fv.y);
+        if constexpr (WIDE) {
+          split2(base[i] * fv.x, A(i), Alo(i));
+          split2(base[i + 1] * fv.y, A(i + 1), Alo(i + 1));
+        } else {
+          A(i) = E(base[i] * fv.x);
+          A(i + 1) = E(base[i + 1] * fv.y);
+        }
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < kK / 2; ++i) A(i) = E(0.f);
+      for (int i = 0; i < kK / 2; ++i) {
+        A(i) = E(0.f);
+        if constexpr (WIDE) Alo(i) = E(0.f);
+      }
     }
     Tensor tBk = thr16.partition_fragment_B(local_tile(sLk, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
     Tensor tBq = thr16.partition_fragment_B(local_tile(sLq, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
     fence_regs(A);
+    if constexpr (WIDE) fence_regs(Alo);
     fence_regs(accK[I]);
     fence_regs(accQ[I]);
     warpgroup_arrive();
     if constexpr (DELTA) wg_gemm<true>(mma16, A, tBk, accK[I]);
     wg_gemm<true>(mma16, A, tBq, accQ[I]);
+    if constexpr (WIDE) {  // + hi·lo + lo·hi
+      Tensor sLklo = make_tensor(make_smem_ptr(sm.klo), typename L::TokByKChFirst{});
+      Tensor sLqlo = make_tensor(make_smem_ptr(sm.qlo), typename L::TokByK{});
+      Tensor tBklo = thr16.partition_fragment_B(local_tile(sLklo, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
+      Tensor tBqlo = thr16.partition_fragment_B(local_tile(sLqlo, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
+      if constexpr (DELTA) {
+        wg_gemm<false>(mma16, A, tBklo, accK[I]);
+        wg_gemm<false>(mma16, Alo, tBk, accK[I]);
+      }
+      wg_gemm<false>(mma16, A, tBqlo, accQ[I]);
+      wg_gemm<false>(mma16, Alo, tBq, accQ[I]);
+    }
     warpgroup_commit_batch();
   };
   issue(Int<0>{});
@@ -375,10 +443,25 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
                                : make_float4(1.f, 1.f, 1.f, 1.f);
         f[4 * h] = e.x * rki; f[4 * h + 1] = e.y * rki; f[4 * h + 2] = e.z * rki; f[4 * h + 3] = e.w * rki;
       }
+      if constexpr (WIDE) {  // from L_k's hi + lo, into both halves again
+        T* klp = reinterpret_cast<T*>(sm.klo) + mnmajor_off(d0, i);
+        uint4 lv = *reinterpret_cast<const uint4*>(klp);
+        uint32_t* lw = reinterpret_cast<uint32_t*>(&lv);
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const T* x = reinterpret_cast<const T*>(&kw[m]);
-        kw[m] = pack2<T>(to_f(x[0]) * f[2 * m], to_f(x[1]) * f[2 * m + 1]);
+        for (int m = 0; m < 4; ++m) {
+          const T* x = reinterpret_cast<const T*>(&kw[m]);
+          const T* y = reinterpret_cast<const T*>(&lw[m]);
+          const float a = (to_f(x[0]) + to_f(y[0])) * f[2 * m], b = (to_f(x[1]) + to_f(y[1])) * f[2 * m + 1];
+          kw[m] = pack2<T>(a, b);
+          lw[m] = pack2<T>(a - to_f(from_f<T>(a)), b - to_f(from_f<T>(b)));
+        }
+        *reinterpret_cast<uint4*>(klp) = lv;
+      } else {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const T* x = reinterpret_cast<const T*>(&kw[m]);
+          kw[m] = pack2<T>(to_f(x[0]) * f[2 * m], to_f(x[1]) * f[2 * m + 1]);
+        }
       }
       *reinterpret_cast<uint4*>(kp) = kv;
     }
@@ -391,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   float* Tb = sm.gam;
   float* X = sm.gam + 6 * kTriBlock + w * kTriBlock;
   {
-    T* aq = static_cast<T*>(p.Aqk) + blk * kC * kC;
+    O* aq = static_cast<O*>(p.Aqk) + blk * kC * kC;
     const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
 #pragma unroll
     for (int I = 0; I < 4; ++I) {
@@ -401,9 +484,14 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
         const float2 rq2 = *reinterpret_cast<const float2*>(sm.rq + i);
         const float qa = j <= i ? p.scale * rq2.x * rkj[h] * accQ[I](e) : 0.f;
         const float qb = j <= i + 1 ? p.scale * rq2.y * rkj[h] * accQ[I](e + 1) : 0.f;
-        uint32_t x = pack2<T>(qa, qb);
-        x = movmatrix_trans(x);
-        *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+        if constexpr (WIDE) {  // float32 (i, j) and (i + 1, j)
+          aq[i * kC + j] = qa;
+          aq[(i + 1) * kC + j] = qb;
+        } else {
+          uint32_t x = pack2<T>(qa, qb);
+          x = movmatrix_trans(x);
+          *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+        }
         if (DELTA && w <= I) {  // warp-uniform: block (I, w) of the lower triangle
           const float2 b2 = *reinterpret_cast<const float2*>(sm.bet + i);
           const float2 k2 = *reinterpret_cast<const float2*>(sm.rk + i);
@@ -428,11 +516,14 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   cp_wait<0>();  // the v tiles
   cutlass::arch::fence_view_async_shared();
   warpgroup_sync<1>();
-  if (p.Ainv) store_inverse<T>(Ab, Tb, w, g, t, static_cast<T*>(p.Ainv) + blk * kC * kC);
+  if (p.Ainv) store_inverse<O>(Ab, Tb, w, g, t, static_cast<O*>(p.Ainv) + blk * kC * kC);
 
   // ---- W = (T diag(β)) (r_k k ⊙ e^γ) and U = (T diag(β)) v: one register A operand for both
+  // (WIDE: with its low halves)
   Tensor Tv = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
-  scaled_inverse_a(Ab, Tb, w, g, t, Tv, sm.bet, static_cast<decltype(Tv)*>(nullptr), nullptr);
+  Tensor Tvlo = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
+  if constexpr (WIDE) scaled_inverse_a<true>(Ab, Tb, w, g, t, Tv, sm.bet, &Tvlo, nullptr);
+  else scaled_inverse_a(Ab, Tb, w, g, t, Tv, sm.bet, static_cast<decltype(Tv)*>(nullptr), nullptr);
   auto mmaW = make_tiled_mma(typename At::N128MN{});
   auto mmaU = make_tiled_mma(typename At::N64MN{});
   Tensor tKw = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.k), typename L::ChByTokMN{}));
@@ -441,40 +532,59 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_prep_vector_wgmma_kernel(co
   Tensor accW = partition_fragment_C(mmaW, Shape<_64, Int<kK>>{});
   Tensor accU = partition_fragment_C(mmaU, Shape<_64, _64>{});
   fence_regs(Tv);
+  if constexpr (WIDE) fence_regs(Tvlo);
   fence_regs(accW);
   fence_regs(accU);
   warpgroup_arrive();
   wg_gemm<true>(mmaW, Tv, tKw, accW);
   wg_gemm<true>(mmaU, Tv, tV0, accU);
+  if constexpr (WIDE) {
+    Tensor tKwlo = mmaW.get_thread_slice(tid).partition_fragment_B(make_tensor(make_smem_ptr(sm.klo), typename L::ChByTokMN{}));
+    wg_gemm<false>(mmaW, Tv, tKwlo, accW);
+    wg_gemm<false>(mmaW, Tvlo, tKw, accW);
+    wg_gemm<false>(mmaU, Tvlo, tV0, accU);
+  }
   warpgroup_commit_batch();
   warpgroup_wait<0>();
   fence_regs(accW);
   fence_regs(accU);
-  T* Wo = static_cast<T*>(p.W) + blk * kC * kK;
-  T* Uo = static_cast<T*>(p.U) + blk * kC * V;
-  acc_pairs<T>(accW, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Wo + r * kK + cc) = x; });
-  acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + cc) = x; });
-  T* Ulo = p.U_lo ? static_cast<T*>(p.U_lo) + blk * kC * V : nullptr;  // [backward, split]
+  O* Wo = static_cast<O*>(p.W) + blk * kC * kK;
+  O* Uo = static_cast<O*>(p.U) + blk * kC * V;
+  // an accumulator's (row, even column) pairs to a row-major output: packed 16-bit, or float2 (WIDE)
+  auto store_acc = [&](const auto& acc, O* out, int ld) {
+    if constexpr (WIDE) {
+#pragma unroll
+      for (int i = 0; i < size(acc); i += 2)
+        *reinterpret_cast<float2*>(out + acc_row(w, g, i) * ld + acc_col(t, i)) = make_float2(acc(i), acc(i + 1));
+    } else {
+      acc_pairs<T>(acc, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(out + r * ld + cc) = x; });
+    }
+  };
+  store_acc(accW, Wo, kK);
+  store_acc(accU, Uo, V);
+  T* Ulo = !WIDE && p.U_lo ? static_cast<T*>(p.U_lo) + blk * kC * V : nullptr;  // [backward, split]
   if (Ulo) acc_lo_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Ulo + r * V + cc) = x; });
   if (V > kVT) {
     fence_regs(accU);
     warpgroup_arrive();
     wg_gemm<true>(mmaU, Tv, tV1, accU);
+    if constexpr (WIDE) wg_gemm<false>(mmaU, Tvlo, tV1, accU);
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     fence_regs(accU);
-    acc_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Uo + r * V + kVT + cc) = x; });
+    store_acc(accU, Uo + kVT, V);
     if (Ulo)
       acc_lo_pairs<T>(accU, w, g, t, [&](int r, int cc, uint32_t x) { *reinterpret_cast<uint32_t*>(Ulo + r * V + kVT + cc) = x; });
   }
 #endif
 }
 
-template <class T, bool DELTA>
+template <class T, bool DELTA, bool WIDE = false>
 cudaError_t launch_prep_vector_wgmma(const PrepParams& p, cudaStream_t s) {
-  auto kernel = chunk_prep_vector_wgmma_kernel<T, DELTA>;
-  constexpr int smem = smem_bytes_of<VectorGateSmem<typename Atoms<T>::E>>();
-  static_assert(3 * (smem + 1024) <= 228 * 1024, "three CTAs an SM, each with its 1 KB reserved");
+  auto kernel = chunk_prep_vector_wgmma_kernel<T, DELTA, WIDE>;
+  using E = typename Atoms<T>::E;
+  constexpr int smem = smem_bytes_of<std::conditional_t<WIDE, VectorGateWideSmem<E>, VectorGateSmem<E>>>();
+  static_assert((WIDE ? 2 : 3) * (smem + 1024) <= 228 * 1024, "three CTAs an SM (WIDE: two), each with its 1 KB reserved");
   return launch_chunk_heads(kernel, smem, p, s);
 }
 

@@ -8,12 +8,14 @@
 //       CUDA events, 5 warm-ups, the median of 40 calls, 4 input sets rotated to defeat L2.
 //       Settings match bench/fla_forward_times.py.
 //   linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]
-//       [--gate softplus|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]
+//       [--gate softplus|softplus_fla|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]
 //       [--B 2] [--T 8192] [--H 32] [--HV 32] [--K 128] [--V 128]
 //       The backward of every form (Options::backward_precision, and the token replay, the tests'
 //       oracle) or of --only's alone besides the default (auto), then the forward, the workspace of
 //       each form and the default's peak. Gate softplus: the in-kernel softplus gate with A_log,
-//       dt_bias and sigmoid beta (the default computes in float32 there); logsigmoid: the test
+//       dt_bias and sigmoid beta (the default computes in float32 there), with the tests' steep
+//       parameters (A_log ~ U(0, 2.7), dt_bias ~ N(0, 1)) or, softplus_fla, FLA's / Kimi Linear's
+//       initialisation (BENCHMARKS' in-kernel rows; forward's "kda"); logsigmoid: the test
 //       suite's gate (g = logsigmoid(randn) / 16 given; the default is the split form).
 //       --stages: per-stage times of one more call of each timed chunked form ("[bwd profile]").
 //
@@ -300,7 +302,8 @@ int run_backward(const Args& a) {
   c.HV = a.num("HV", c.H);
   c.K = a.num("K", 128);
   c.V = a.num("V", 128);
-  if (a.str("gate", "softplus") == "logsigmoid" || !c.delta()) {  // the test suite's gate (g given)
+  const std::string gate = a.str("gate", "softplus");
+  if (gate == "logsigmoid" || !c.delta()) {  // the test suite's gate (g given)
     c.gate = Gate::kLogsigmoid;
   } else {  // the in-kernel softplus gate with A_log, dt_bias and sigmoid beta
     c.gate = Gate::kSoftplus;
@@ -308,7 +311,13 @@ int run_backward(const Args& a) {
   }
   const std::string only = a.str("only", "");
   const bool stages = a.has("stages");
-  const Inputs x = make_inputs(c, /*backward=*/true);
+  Inputs x = make_inputs(c, /*backward=*/true);
+  if (gate == "softplus_fla" && c.gate == Gate::kSoftplus) {  // FLA's / Kimi Linear's initialisation (forward_one's)
+    fill_uniform(x.A_log, 1.0, 16.0);
+    for (int64_t i = 0; i < x.A_log.numel(); ++i) x.A_log.set(i, std::log(x.A_log.get(i)));
+    fill_uniform(x.dt_bias, std::log(1e-3), std::log(0.1));
+    for (int64_t i = 0; i < x.dt_bias.numel(); ++i) x.dt_bias.set(i, std::log(std::expm1(std::exp(x.dt_bias.get(i)))));
+  }
   char shape[160];
   std::snprintf(shape, sizeof shape, "%s B%lld T%lld H%lld HV%lld K%lld V%lld %s", family_name(c.fam),
                 (long long)c.B, (long long)c.T, (long long)c.H, (long long)c.HV, (long long)c.K, (long long)c.V,
@@ -407,7 +416,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]\n"
                "       linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]\n"
-               "           [--gate softplus|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
+               "           [--gate softplus|softplus_fla|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
                "           [--B n] [--T n] [--H n] [--HV n] [--K n] [--V n]\n");
   return 2;
 }

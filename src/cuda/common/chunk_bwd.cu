@@ -256,21 +256,42 @@ __global__ void finish_gb_kernel(const FinishGB p) {
   }
 }
 
-// ---- 4c. out[col] = sum over rows of buf[row][col], fixed order. Block: 32 columns x 8 row groups.
-__global__ void colsum_kernel(const float* buf, int64_t rows, int C, void* out, int out_dt) {
+// ---- 4c. out[col] = sum over rows of buf[row][col] (the per-token rows of ddt_bias, dA_log,
+// dg_gamma), in an order fixed by the shape alone: rows in blocks of kColRows, one CTA per (32
+// columns, row block) summing 8 row groups in order into part[row block][col], then each column's
+// partials in order. (One CTA per 32 columns over every row was latency-bound: dA_log's 32
+// columns on one SM.)
+constexpr int kColRows = 128;
+__global__ void colsum_part_kernel(const float* buf, int64_t rows, int C, float* part) {
   __shared__ float sm[8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + tx;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColRows, r1 = min(rows, r0 + kColRows);
   float acc = 0.f;
   if (col < C)
-    for (int64_t r = ty; r < rows; r += 8) acc += buf[r * C + col];
+#pragma unroll 4
+    for (int64_t r = r0 + ty; r < r1; r += 8) acc += buf[r * C + col];
   sm[ty][tx] = acc;
   __syncthreads();
   if (ty == 0 && col < C) {
     float s = 0.f;
     for (int y = 0; y < 8; ++y) s += sm[y][tx];
-    stf(out, out_dt, col, s);
+    part[static_cast<int64_t>(blockIdx.y) * C + col] = s;
   }
+}
+__global__ void colsum_final_kernel(const float* part, int nb, int C, void* out, int out_dt) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  float s = 0.f;
+  for (int b = 0; b < nb; ++b) s += part[static_cast<int64_t>(b) * C + col];
+  stf(out, out_dt, col, s);
+}
+// scratch: ceil(rows / kColRows) x C floats, not overlapping buf
+cudaError_t colsum(const float* buf, int64_t rows, int C, float* scratch, void* out, int out_dt, cudaStream_t st) {
+  const int nb = static_cast<int>((rows + kColRows - 1) / kColRows);
+  if (nb > 0) colsum_part_kernel<<<dim3((C + 31) / 32, nb), 256, 0, st>>>(buf, rows, C, scratch);
+  colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(scratch, nb, C, out, out_dt);
+  return cudaGetLastError();
 }
 
 
@@ -792,7 +813,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.vnew_lo = fb.vnew_lo;
     }
     if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
-    mark("end");
+    mark("finish_qk");
   }
   pq = reinterpret_cast<float*>(base + pl.pq);
   pk = reinterpret_cast<float*>(base + pl.pk);
@@ -805,7 +826,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
 
 // Finish: sums over the GVA group (and V splits), the transforms backwards, the column sums.
 Status run_finish(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
-                  const Partials& parts, cudaStream_t st) {
+                  const Partials& parts, cudaStream_t st, StageTimer* timer = nullptr) {
   const ForwardInputs& f = in.fwd;
   cudaError_t e = cudaSuccess;
   const int dt = dtype_code(p.dtype);
@@ -857,27 +878,32 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   // dg_gamma: per-token rows in da's place (simple GLA has no A_log), then their column sums
   const bool want_dgg = out.dg_gamma.present() && p.has_g_gamma;
   fg.dgg_rows = want_dgg ? da : nullptr;
+  if (timer) timer->mark("finish_gb", st);
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
     finish_gb_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(fg);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
+  if (timer) timer->mark("colsum", st);
+  // the column sums' partials in pq's place (read by finish_qk above, dead now; ceil(tokens / 128)
+  // x HV K floats fit its tokens x HV x K)
+  float* scratch = pq;
   if (out.ddt_bias.present()) {
     const int C = static_cast<int>(p.HV * KG);
-    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.draw, want_dtb ? tokens : 0, C, out.ddt_bias.data,
-                                                  dtype_code(out.ddt_bias.dtype));
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
+    if ((e = colsum(fg.draw, want_dtb ? tokens : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=
+        cudaSuccess)
+      return cuda_error("colsum launch", e);
   }
   if (out.dA_log.present()) {
     const int C = static_cast<int>(p.HV);
-    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(fg.da, want_da ? tokens : 0, C, out.dA_log.data,
-                                                  dtype_code(out.dA_log.dtype));
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
+    if ((e = colsum(fg.da, want_da ? tokens : 0, C, scratch, out.dA_log.data, dtype_code(out.dA_log.dtype), st)) !=
+        cudaSuccess)
+      return cuda_error("colsum launch", e);
   }
   if (out.dg_gamma.present()) {
     const int C = static_cast<int>(p.HV);
-    colsum_kernel<<<(C + 31) / 32, 256, 0, st>>>(da, want_dgg ? tokens : 0, C, out.dg_gamma.data,
-                                                  dtype_code(out.dg_gamma.dtype));
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch (dg_gamma)", e);
+    if ((e = colsum(da, want_dgg ? tokens : 0, C, scratch, out.dg_gamma.data, dtype_code(out.dg_gamma.dtype), st)) !=
+        cudaSuccess)
+      return cuda_error("colsum launch (dg_gamma)", e);
   }
   return Status::Ok();
 }
@@ -936,7 +962,9 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   s = token ? run_token_replay(p, in, out, base, st, &parts)
             : run_chunked(p, in, out, base, compute, from_saved, st, timer, &parts);
   if (!s.ok()) return s;
-  return run_finish(p, in, out, parts, st);
+  if (Status fs = run_finish(p, in, out, parts, st, token ? nullptr : timer); !fs.ok()) return fs;
+  if (timer && !token) timer->mark("end", st);
+  return Status::Ok();
 }
 
 

@@ -107,8 +107,9 @@ struct Worst16Chunked {
   }
 };
 
-// `path`: the backward's form (the default: BackwardPrecision::kAuto) or the token replay.
-void check_case(const Case& c, bool api = false, BwdPath path = BwdPath::kAuto) {
+// `path`: the backward's form (the default: BackwardPrecision::kAuto) or the token replay. `most`
+// (kNumGrads values), when given, keeps the largest error of each gradient.
+void check_case(const Case& c, bool api = false, BwdPath path = BwdPath::kAuto, double* most = nullptr) {
   const bool chunked16 = path == BwdPath::kFast16;
   SCOPED_TRACE(c.name() + (path == BwdPath::kAuto ? std::string() : std::string(" [") + path_name(path) + "]"));
   const Inputs x = make_inputs(c, /*backward=*/true);
@@ -132,6 +133,7 @@ void check_case(const Case& c, bool api = false, BwdPath path = BwdPath::kAuto) 
     const double e = rel_err(*got.at(i), *ref.at(i));
     const double bound = gamma16 && i == 8 ? 5e-2 : (loose ? chunked16_bound(i, tol) : (split ? split_bound(i, tol) : tol));
     EXPECT_LE(e, bound) << kGradNames[i];
+    if (most) most[i] = std::max(most[i], e);
     if (loose) w16.err[di][i] = std::max(w16.err[di][i], e);
     else if (!split || split_bound(i, tol) == tol) worst().err[di][i] = std::max(worst().err[di][i], e);
   }
@@ -471,6 +473,48 @@ TEST(CudaBackward, SmallHopperPass1EveryOption) {
       check_case(v);
     }
   }
+}
+
+// The gate-parameter gradients (dA_log, ddt_bias: one sum over every token of a head, with heavy
+// cancellation on some draws) in the default form over 20 random draws per option combination
+// (issue #15's bar): KDA with the lower-bound gate (with and without safe_gate) and the softplus
+// gate, GDN with the softplus gate; bf16 and fp16; K = V = 128 (on Hopper the float32 form's prep
+// is intra_chunk_vector_gate.cuh's WIDE form for bf16), a varlen layout with an empty sequence and
+// a partial last chunk. Every gradient within SPEC on every draw; the worst of each printed.
+TEST(CudaBackward, GateParameterGradientsOverDraws) {
+  SKIP_WITHOUT_GPU();
+  struct Combo {
+    Family fam;
+    Gate gate;
+    bool safe;
+  };
+  const Combo combos[] = {{Family::kKDA, Gate::kLowerBound, false},
+                          {Family::kKDA, Gate::kLowerBound, true},
+                          {Family::kKDA, Gate::kSoftplus, false},
+                          {Family::kGDN, Gate::kSoftplus, false}};
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (const Combo& cb : combos) {
+      Case c;
+      c.fam = cb.fam;
+      c.dt = dt;
+      c.K = c.V = 128;
+      c.cu = {0, 300, 300, 1111, 1500, 2047};
+      c.T = 2047;
+      c.H = c.HV = 2;
+      c.gate = cb.gate;
+      c.safe_gate = cb.safe;
+      c.beta_sigmoid = true;
+      c.h0 = c.dht = true;
+      double most[kNumGrads] = {};
+      for (int draw = 0; draw < 20; ++draw) {
+        SCOPED_TRACE("draw " + std::to_string(draw));
+        check_case(c, false, BwdPath::kAuto, most);
+      }
+      std::printf("[20 draws] %s %s gate%d safe%d worst:", family_name(cb.fam), dtype_name(dt), int(cb.gate), int(cb.safe));
+      for (int i = 0; i < kNumGrads; ++i)
+        if (most[i] > 0) std::printf(" %s %.2e", kGradNames[i], most[i]);
+      std::printf("\n");
+    }
 }
 
 // Options::backward_precision selects the backward's form (seen in the workspace sizes: the

@@ -110,6 +110,7 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
 // ---- 4a. dq, dk: sum partials over splits and the G value heads in a fixed order, then the
 // l2norm backward. One warp per (token, q/k head), four consecutive channels a lane (float4
 // partials, 8- or 16-byte q, k, dq, dk accesses: K in {64, 128, 256}, tensors 16-byte aligned).
+// q's and k's loads are issued together (one memory round trip for both, not one each).
 template <class T>
 __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, const T* k, T* dq, T* dk,
                                      int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
@@ -119,50 +120,55 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, c
   if (row >= tokens * H) return;
   const int64_t t = row / H;
   const int h = static_cast<int>(row % H);
-  for (int which = 0; which < 2; ++which) {
-    const float* part = which == 0 ? pq : pk;
-    const T* x = which == 0 ? q : k;
-    T* out = which == 0 ? dq : dk;
-    float acc[kIt][4], xv[kIt][4];
-    float ss = 0.f;
+  float acc[2][kIt][4], xv[2][kIt][4];
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
 #pragma unroll
     for (int it = 0; it < kIt; ++it) {
       const int c = 4 * lane + 128 * it;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[it][e] = xv[it][e] = 0.f;
-      if (l2 && c < K) kern::load4<T>(x + row * K + c, xv[it]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ss += xv[it][e] * xv[it][e];
+      for (int e = 0; e < 4; ++e) acc[w][it][e] = xv[w][it][e] = 0.f;
+      if (l2 && c < K) kern::load4<T>((w == 0 ? q : k) + row * K + c, xv[w][it]);
     }
-    for (int gg = 0; gg < G; ++gg)
-      for (int s = 0; s < NS; ++s) {
-        const float* src = part + ((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K;
+  for (int gg = 0; gg < G; ++gg)
+    for (int s = 0; s < NS; ++s) {
+      const int64_t off = ((static_cast<int64_t>(s) * tokens + t) * HV + h * G + gg) * K;
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
 #pragma unroll
         for (int it = 0; it < kIt; ++it) {
           const int c = 4 * lane + 128 * it;
           if (c < K) {
-            const float4 v = *reinterpret_cast<const float4*>(src + c);
-            acc[it][0] += v.x; acc[it][1] += v.y; acc[it][2] += v.z; acc[it][3] += v.w;
+            const float4 v = *reinterpret_cast<const float4*>((w == 0 ? pq : pk) + off + c);
+            acc[w][it][0] += v.x; acc[w][it][1] += v.y; acc[w][it][2] += v.z; acc[w][it][3] += v.w;
           }
         }
-      }
+    }
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
     if (l2) {
+      float ss = 0.f;
+#pragma unroll
+      for (int it = 0; it < kIt; ++it)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ss += xv[w][it][e] * xv[w][it][e];
       const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
       float dot = 0.f;
 #pragma unroll
       for (int it = 0; it < kIt; ++it)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dot += xv[it][e] * rstd * acc[it][e];
+        for (int e = 0; e < 4; ++e) dot += xv[w][it][e] * rstd * acc[w][it][e];
       dot = warp_sum(dot);
 #pragma unroll
       for (int it = 0; it < kIt; ++it)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[it][e] = rstd * (acc[it][e] - xv[it][e] * rstd * dot);
+        for (int e = 0; e < 4; ++e) acc[w][it][e] = rstd * (acc[w][it][e] - xv[w][it][e] * rstd * dot);
     }
+    T* out = w == 0 ? dq : dk;
 #pragma unroll
     for (int it = 0; it < kIt; ++it) {
       const int c = 4 * lane + 128 * it;
-      if (c < K) kern::store4<T>(out + row * K + c, acc[it]);
+      if (c < K) kern::store4<T>(out + row * K + c, acc[w][it]);
     }
   }
 }
@@ -196,7 +202,25 @@ __global__ void finish_gb_kernel(const FinishGB p) {
   if (row >= p.tokens * p.HV) return;
   const int hv = static_cast<int>(row % p.HV);
   const int K = p.K;
+  // dβ's inputs first, so that their loads share the gate's round trip
+  float bsum = 0.f, braw = 0.f;
+  if (p.dbeta && lane == 0) {
+    for (int sp = 0; sp < p.NS; ++sp) bsum += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
+    if (p.beta_mode != 0) braw = kern::load_any(p.beta, p.beta_dt, row);
+  }
   if (p.has_g || p.g_gamma) {
+    const GateArgs& ga = p.ga;
+    // A_log and the vector gate's raw g and dt_bias, loaded with the partials below (one round trip)
+    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
+    float raw[kMaxKPerLane], dtb[kMaxKPerLane];
+    if (p.KG > 1) {
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+      }
+    }
     float dgv[kMaxKPerLane];
     float dsum = 0.f;
 #pragma unroll
@@ -209,17 +233,8 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     }
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
-    const GateArgs& ga = p.ga;
-    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
     if (p.KG > 1) {
-      float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
-#pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) {
-        const int c = lane + 32 * m;
-        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
-        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-      }
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
@@ -245,14 +260,12 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     if (p.da && lane == 0) p.da[row] = da;
   }
   if (p.dbeta && lane == 0) {
-    float s = 0.f;
-    for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
     if (p.beta_mode != 0) {
-      const float sg = gate::sigmoid_precise(kern::load_any(p.beta, p.beta_dt, row));
+      const float sg = gate::sigmoid_precise(braw);
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
-    stf(p.dbeta, p.beta_dt, row, s * der);
+    stf(p.dbeta, p.beta_dt, row, bsum * der);
   }
 }
 

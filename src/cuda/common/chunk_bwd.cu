@@ -202,25 +202,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
   if (row >= p.tokens * p.HV) return;
   const int hv = static_cast<int>(row % p.HV);
   const int K = p.K;
-  // dβ's inputs first, so that their loads share the gate's round trip
-  float bsum = 0.f, braw = 0.f;
-  if (p.dbeta && lane == 0) {
-    for (int sp = 0; sp < p.NS; ++sp) bsum += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
-    if (p.beta_mode != 0) braw = kern::load_any(p.beta, p.beta_dt, row);
-  }
   if (p.has_g || p.g_gamma) {
-    const GateArgs& ga = p.ga;
-    // A_log and the vector gate's raw g and dt_bias, loaded with the partials below (one round trip)
-    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
-    float raw[kMaxKPerLane], dtb[kMaxKPerLane];
-    if (p.KG > 1) {
-#pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) {
-        const int c = lane + 32 * m;
-        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
-        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-      }
-    }
     float dgv[kMaxKPerLane];
     float dsum = 0.f;
 #pragma unroll
@@ -233,8 +215,17 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     }
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
+    const GateArgs& ga = p.ga;
+    const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
     if (p.KG > 1) {
+      float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+      }
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
@@ -260,12 +251,14 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     if (p.da && lane == 0) p.da[row] = da;
   }
   if (p.dbeta && lane == 0) {
+    float s = 0.f;
+    for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
     if (p.beta_mode != 0) {
-      const float sg = gate::sigmoid_precise(braw);
+      const float sg = gate::sigmoid_precise(kern::load_any(p.beta, p.beta_dt, row));
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
-    stf(p.dbeta, p.beta_dt, row, bsum * der);
+    stf(p.dbeta, p.beta_dt, row, s * der);
   }
 }
 

@@ -106,10 +106,10 @@ enum class BackwardPrecision : int32_t {
   // The 16-bit input type alone: the fastest and smallest workspace; dbeta, dg and the
   // gate-parameter gradients can miss SPEC's 1e-2.
   kFast16 = 2,
-  // Float32 compute (16-bit q, k, v, dO widened first; on Hopper the backward's state pass (16-bit
-  // inputs) and pass 1 (bfloat16 inputs) carry each float32 operand as two bfloat16 halves, ~16
-  // mantissa bits, which the gate gradients were checked to need and no more): about twice
-  // kSplit's time and more workspace; the most accurate.
+  // Float32 compute (16-bit q, k, v, dO read in place, exact in float32; on Hopper the backward's
+  // state pass (16-bit inputs), its prep and pass 1 (bfloat16 inputs) carry each derived operand as
+  // two bfloat16 halves, ~16 mantissa bits, which the gate gradients were checked to need and no
+  // more): about 1.6x kSplit's time and ~7% more workspace; the most accurate.
   kFloat32 = 3,
 };
 const char* backward_precision_name(BackwardPrecision p);

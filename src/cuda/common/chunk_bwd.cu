@@ -174,8 +174,7 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, c
 }
 
 // ---- 4b. dg (through the gate transform), dβ (through the sigmoid), per-token dA_log and
-// d(raw g) contributions for the column sums. One warp per (token, value head): the scalar gate,
-// and dβ where there is no gate (the vector gate: finish_gb_vec_kernel below).
+// d(raw g) contributions for the column sums. One warp per (token, value head).
 struct FinishGB {
   const float *pg, *pb;
   const void* g;
@@ -219,19 +218,37 @@ __global__ void finish_gb_kernel(const FinishGB p) {
     const GateArgs& ga = p.ga;
     const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
-    // the scalar gate (KG = 1): the partials' channel sum is the token's dg (the vector gate's
-    // finish is finish_gb_vec_kernel)
-    dsum = warp_sum(dsum);
-    const float raw = p.has_g ? kern::load_any(p.g, p.g_dt, row) : 0.f;
-    const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
-    const float gamma = p.g_gamma ? kern::load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
-    const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da, gamma);
-    if (lane == 0) {
-      if (p.dg) stf(p.dg, p.g_dt, row, d);
-      if (p.draw) p.draw[row] = d;
-      if (p.dgg_rows) p.dgg_rows[row] = d;  // g_gamma enters every token's gate like g
-      if (p.da) p.da[row] = da;
+    if (p.KG > 1) {
+      float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+      }
+#pragma unroll
+      for (int m = 0; m < kMaxKPerLane; ++m) {
+        const int c = lane + 32 * m;
+        if (c < K) {
+          const float d = gate_bwd(ga, raw[m], dtb[m], alog, dgv[m], &da);
+          if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
+          if (p.draw) p.draw[row * K + c] = d;
+        }
+      }
+      da = warp_sum(da);
+    } else {
+      dsum = warp_sum(dsum);
+      const float raw = p.has_g ? kern::load_any(p.g, p.g_dt, row) : 0.f;
+      const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
+      const float gamma = p.g_gamma ? kern::load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+      const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da, gamma);
+      if (lane == 0) {
+        if (p.dg) stf(p.dg, p.g_dt, row, d);
+        if (p.draw) p.draw[row] = d;
+        if (p.dgg_rows) p.dgg_rows[row] = d;  // g_gamma enters every token's gate like g
+      }
     }
+    if (p.da && lane == 0) p.da[row] = da;
   }
   if (p.dbeta && lane == 0) {
     float s = 0.f;
@@ -242,88 +259,6 @@ __global__ void finish_gb_kernel(const FinishGB p) {
       der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
     }
     stf(p.dbeta, p.beta_dt, row, s * der);
-  }
-}
-
-// ---- 4b'. The vector gate's finish (KG = K > 1): one CTA per (value head, block of kGbTokens
-// tokens), warp w taking tokens w, w + 8, ...; lane: channels lane + 32 m. dg as finish_gb, and the
-// column sums' first level in place of the per-token rows: cpart[block][hv K + c] = Σ d(raw g)
-// (ddt_bias) and apart[block][hv] = Σ dA_log terms, each summed in an order fixed by the shape
-// (tokens in order per warp, then the 8 warps in order). Saves the [tokens][HV][K] rows' write and
-// read. dt_bias and A_log are read once per CTA.
-constexpr int kGbTokens = 64;
-__global__ void finish_gb_vec_kernel(const FinishGB p, float* cpart, float* apart) {
-  __shared__ float red[8][kMaxKPerLane * 32];
-  __shared__ float ared[8];
-  const int tb = blockIdx.x, hv = blockIdx.y;  // (token blocks in x: up to 2^31 - 1)
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int K = p.K;
-  const GateArgs& ga = p.ga;
-  const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
-  float dtb[kMaxKPerLane], csum[kMaxKPerLane];
-#pragma unroll
-  for (int m = 0; m < kMaxKPerLane; ++m) {
-    const int c = lane + 32 * m;
-    dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-    csum[m] = 0.f;
-  }
-  float asum = 0.f;
-  const int64_t t_end = p.tokens < static_cast<int64_t>(tb + 1) * kGbTokens ? p.tokens : static_cast<int64_t>(tb + 1) * kGbTokens;
-  for (int64_t t = static_cast<int64_t>(tb) * kGbTokens + w; t < t_end; t += 8) {
-    const int64_t row = t * p.HV + hv;
-    float raw[kMaxKPerLane], dgv[kMaxKPerLane];
-#pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
-      const int c = lane + 32 * m;
-      raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
-      dgv[m] = 0.f;
-    }
-    for (int s = 0; s < p.NS; ++s) {
-      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
-#pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m)
-        if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
-    }
-    float bsum = 0.f;
-    if (p.dbeta && lane == 0)
-      for (int sp = 0; sp < p.NS; ++sp) bsum += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
-#pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
-      const int c = lane + 32 * m;
-      if (c < K) {
-        const float d = gate_bwd(ga, raw[m], dtb[m], alog, dgv[m], &asum);
-        if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
-        csum[m] += d;
-      }
-    }
-    if (p.dbeta && lane == 0) {
-      float der = 1.f;
-      if (p.beta_mode != 0) {
-        const float sg = gate::sigmoid_precise(kern::load_any(p.beta, p.beta_dt, row));
-        der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
-      }
-      stf(p.dbeta, p.beta_dt, row, bsum * der);
-    }
-  }
-  if (cpart == nullptr && apart == nullptr) return;  // uniform
-#pragma unroll
-  for (int m = 0; m < kMaxKPerLane; ++m) red[w][lane + 32 * m] = csum[m];
-  asum = warp_sum(asum);
-  if (lane == 0) ared[w] = asum;
-  __syncthreads();
-  const int64_t cb = static_cast<int64_t>(tb) * p.HV * K + static_cast<int64_t>(hv) * K;
-  if (cpart)
-    for (int c = threadIdx.x; c < K; c += blockDim.x) {
-      float s = 0.f;
-#pragma unroll
-      for (int y = 0; y < 8; ++y) s += red[y][c];
-      cpart[cb + c] = s;
-    }
-  if (apart && threadIdx.x == 0) {
-    float s = 0.f;
-#pragma unroll
-    for (int y = 0; y < 8; ++y) s += ared[y];
-    apart[static_cast<int64_t>(tb) * p.HV + hv] = s;
   }
 }
 
@@ -954,37 +889,14 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   const bool want_dgg = out.dg_gamma.present() && p.has_g_gamma;
   fg.dgg_rows = want_dgg ? da : nullptr;
   if (timer) timer->mark("finish_gb", st);
-  // the column sums' partials in pq's and pk's places (read by finish_qk above, dead now; each holds
-  // tokens x HV x K floats, at least ceil(tokens / 64) x HV x K)
-  float* scratch = pq;
-  const int gb_blocks = static_cast<int>((tokens + kGbTokens - 1) / kGbTokens);
-  float* cpart = pq;  // [gb_blocks][HV K]
-  float* apart = pk;  // [gb_blocks][HV]
-  const bool vec_gb = KG > 1 && p.has_g;  // the vector gate: its column sums' first level in finish_gb_vec_kernel
-  if (tokens > 0 && vec_gb && (fg.dg || fg.dbeta || want_dtb || want_da)) {
-    finish_gb_vec_kernel<<<dim3(static_cast<unsigned>(gb_blocks), static_cast<unsigned>(p.HV)), 256, 0, st>>>(
-        fg, want_dtb ? cpart : nullptr, want_da ? apart : nullptr);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
-  } else if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
+  if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
     finish_gb_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(fg);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
   if (timer) timer->mark("colsum", st);
-  if (vec_gb) {  // the second level over finish_gb_vec_kernel's blocks (zeros when not asked for)
-    if (out.ddt_bias.present()) {
-      const int C = static_cast<int>(p.HV * KG);
-      colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(cpart, want_dtb && tokens > 0 ? gb_blocks : 0, C,
-                                                           out.ddt_bias.data, dtype_code(out.ddt_bias.dtype));
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
-    }
-    if (out.dA_log.present()) {
-      const int C = static_cast<int>(p.HV);
-      colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(apart, want_da && tokens > 0 ? gb_blocks : 0, C,
-                                                           out.dA_log.data, dtype_code(out.dA_log.dtype));
-      if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("colsum launch", e);
-    }
-    return Status::Ok();  // no dg_gamma with the vector gate (simple GLA's gate is scalar)
-  }
+  // the column sums' partials in pq's place (read by finish_qk above, dead now; ceil(tokens / 128)
+  // x HV K floats fit its tokens x HV x K)
+  float* scratch = pq;
   if (out.ddt_bias.present()) {
     const int C = static_cast<int>(p.HV * KG);
     if ((e = colsum(fg.draw, want_dtb ? tokens : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=

@@ -487,13 +487,15 @@ struct WyLayout {
   // the union: phase A 6 tiles; phase B 6 tiles (dO, N, dY, S hi, S lo, dS⁺), for 16-bit types 8
   // tiles of 32 columns (the split form adds N and dY lo); the decayed
   // operands (192 rows); dγ (float)
-  static constexpr int u_tiles = 6 * tile, u_decay = 192 * ld * es, u_dg = 64 * ldg * 4;
+  // WIDE: phase B's nine tiles 64 columns wide (dS⁺'s low half the ninth)
+  static constexpr int u_tiles = (WIDE ? 9 : 6) * tile, u_decay = 192 * ld * es, u_dg = 64 * ldg * 4;
   static constexpr int un_bytes = u_tiles > u_decay ? (u_tiles > u_dg ? u_tiles : u_dg) : (u_decay > u_dg ? u_decay : u_dg);
   static constexpr int small = un + un_bytes;  // 19 arrays of 64 floats
   static constexpr int a1lo = small + 19 * 64 * 4, dmlo = a1lo + tile;
   static constexpr int total = a1lo + (WIDE ? 2 * tile : 0);
 };
-// bf16: 4 tiles 36864 + γ 17408 + union 55296 + 4864 = 114432 B: two CTAs per SM; WIDE 132864 B,
+// bf16: 4 tiles 36864 + γ 17408 + union 55296 + 4864 = 114432 B: two CTAs per SM; WIDE (union 82944,
+// A1 and dM lo 18432) 160512 B,
 // one.
 
 // DELTA: WyParams::delta as a template argument (the kernel runs at its register limit; the
@@ -771,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
   // split form's eight tiles (dO, N and its low half, dY and its low half, S hi and lo, dS⁺) fit the
   // union, 5 KB each (their low halves were read from global memory by the mma steps, which
   // stalled on them: ncu, bench/logs/2026-11-25-h100-s18-a-*).
-  constexpr int kVB = kIs16<T> ? 32 : 64;
+  constexpr int kVB = kIs16<T> && !WIDE ? 32 : 64;
   constexpr int ldb = kVB + L::P;
   static_assert((WIDE ? 9 : 8) * 64 * ldb * L::es <= L::un_bytes || !kIs16<T>, "phase B's tiles fit the union");
   auto vtile = [&](int n) { return reinterpret_cast<T*>(un) + n * 64 * ldb; };

@@ -360,12 +360,11 @@ __device__ __forceinline__ float exp_ftz(float x) {
 // A1_ij / dM_ij broadcast from shared memory. Writes float tiles [64][ldg]:
 //   Dq_i = Σ_j A1_ij k_j Γ_ij,  Dz_i = Σ_{j<i} dM_ij k_j Γ_ij,  Dk_j = Σ_i Γ_ij (A1_ij q_i + β_i dM_ij k_i)
 // (q, k normalised by rq, rk). A pair's two contributions use the same 16-bit A1 / dM, so its gate
-// gradient terms cancel in the sums over rows as in exact arithmetic. LO: A1 and dM as hi + lo
-// (A1lo, dMlo; wy_kernel's WIDE).
-template <class T, int ld, int ldg, bool LO>
-__device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T* A1lo, const T* dMlo, const T* qs,
-                                            const T* ks, const float* gs, const float* rq, const float* rk,
-                                            const float* bet, float* Dq, float* Dz, float* Dk) {
+// gradient terms cancel in the sums over rows as in exact arithmetic.
+template <class T, int ld, int ldg>
+__device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T* qs, const T* ks, const float* gs,
+                                            const float* rq, const float* rk, const float* bet, float* Dq,
+                                            float* Dz, float* Dk) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = 16 * (warp >> 1), cc = 32 * (warp & 1) + lane;
   float gam[16], kh[16], dk[16];
@@ -380,18 +379,16 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
     const int row = r0 + i;
     const T* a1 = A1s + row * ld + r0;
     const T* dm = dMs + row * ld + r0;
-    const T* a1l = A1lo + row * ld + r0;
-    const T* dml = dMlo + row * ld + r0;
     const float qi = to_f(qs[row * ld + cc]) * rq[row], kbi = kh[i] * bet[row];
     float dq = 0.f, z = 0.f;
 #pragma unroll
     for (int j = 0; j <= i; ++j) {
       const float G = j == i ? 1.f : exp_ftz(gam[i] - gam[j]);
-      const float a = (LO ? to_f(a1[j]) + to_f(a1l[j]) : to_f(a1[j])) * G;
+      const float a = to_f(a1[j]) * G;
       dq = fmaf(a, kh[j], dq);
       dk[j] = fmaf(a, qi, dk[j]);
       if (j < i) {
-        const float mm = (LO ? to_f(dm[j]) + to_f(dml[j]) : to_f(dm[j])) * G;
+        const float mm = to_f(dm[j]) * G;
         z = fmaf(mm, kh[j], z);
         dk[j] = fmaf(mm, kbi, dk[j]);
       }
@@ -473,8 +470,7 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
   }
 }
 
-// WIDE (the float32 form on bf16 inputs, wy_kernel's WIDE): A1's and dM's low halves after the rest.
-template <class T, bool WIDE = false>
+template <class T>
 struct WyLayout {
   static constexpr int P = pad_of<T>();
   static constexpr int ld = 64 + P;  // 64-wide tiles of the compute type
@@ -487,32 +483,20 @@ struct WyLayout {
   // the union: phase A 6 tiles; phase B 6 tiles (dO, N, dY, S hi, S lo, dS⁺), for 16-bit types 8
   // tiles of 32 columns (the split form adds N and dY lo); the decayed
   // operands (192 rows); dγ (float)
-  // WIDE: phase B's nine tiles 64 columns wide (dS⁺'s low half the ninth)
-  static constexpr int u_tiles = (WIDE ? 9 : 6) * tile, u_decay = 192 * ld * es, u_dg = 64 * ldg * 4;
+  static constexpr int u_tiles = 6 * tile, u_decay = 192 * ld * es, u_dg = 64 * ldg * 4;
   static constexpr int un_bytes = u_tiles > u_decay ? (u_tiles > u_dg ? u_tiles : u_dg) : (u_decay > u_dg ? u_decay : u_dg);
   static constexpr int small = un + un_bytes;  // 19 arrays of 64 floats
-  static constexpr int a1lo = small + 19 * 64 * 4, dmlo = a1lo + tile;
-  static constexpr int total = a1lo + (WIDE ? 2 * tile : 0);
+  static constexpr int total = small + 19 * 64 * 4;
 };
-// bf16: 4 tiles 36864 + γ 17408 + union 55296 + 4864 = 114432 B: two CTAs per SM; WIDE (union 82944,
-// A1 and dM lo 18432) 160512 B,
-// one.
+// bf16: 4 tiles 36864 + γ 17408 + union 55296 + 4864 = 114432 B: two CTAs per SM.
 
 // DELTA: WyParams::delta as a template argument (the kernel runs at its register limit; the
 // delta-rule instantiations keep their code and allocation).
 // In: the element type of q, k, v, dO (T, or the caller's 16-bit type for the float32 form:
 // WyParams::in_dt).
-// WIDE: the float32 form on bf16 inputs (T = In = bf16, the vector gate and the delta rule). Its
-// derived operands arrive in float32 (V_new, dN, M⁻¹, h, dh) or are formed here, and every product
-// runs on bf16 hi + lo pairs, hi·hi + hi·lo + lo·hi, where the split form keeps some single:
-// docs/chunked_backward.md, "Why the gate-parameter gradients need float32-grade operands" (the
-// emulation's answer: every derived operand but M⁻¹ as a pair). dY's halves go to p.dY / p.dY_lo
-// (bf16 halves of the float32 form's dY scratch, launch_wy_t).
-template <class T, bool VEC, bool DELTA, class In = T, bool WIDE = false>
-__global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kernel(const WyParams p) {
-  static_assert(!WIDE || (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<In, T> && VEC && DELTA),
-                "WIDE: bf16, the vector gate and the delta rule");
-  using L = WyLayout<T, WIDE>;
+template <class T, bool VEC, bool DELTA, class In = T>
+__global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const WyParams p) {
+  using L = WyLayout<T>;
   constexpr int ld = L::ld, ldg = L::ldg;
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
@@ -526,8 +510,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
 
   T* A1s = reinterpret_cast<T*>(smem + L::a1);
   T* dMs = reinterpret_cast<T*>(smem + L::dm);
-  T* A1lo = reinterpret_cast<T*>(smem + L::a1lo);  // WIDE: the low halves of A1, dM
-  T* dMlo = reinterpret_cast<T*>(smem + L::dmlo);
   T* qs = reinterpret_cast<T*>(smem + L::qs);
   T* ks = reinterpret_cast<T*>(smem + L::ks);
   float* gs = reinterpret_cast<float*>(smem + L::gs);
@@ -631,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
   // ---- A. dY, dv, dβ (v part), A1, dM, dR
   // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below.
   // Without the delta rule (GLA, simple GLA): V_new = V, so dv = dN; no M⁻¹, dY, dM (left 0) or dX.
-  const bool split = WIDE || (kIs16<T> && p.dN_lo != nullptr);
+  const bool split = kIs16<T> && p.dN_lo != nullptr;
   constexpr bool delta = DELTA;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
@@ -639,41 +621,27 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
   T* dOs = Ns + 64 * ld;
   T* dYs = dOs + 64 * ld;
   T* dNlos = dYs + 64 * ld;  // the union's sixth tile (split)
-  // WIDE: dN and V_new in float32, split into hi + lo tiles as they load
-  const T* dNg = WIDE ? nullptr : static_cast<const T*>(p.dN) + blk * kC * V;
-  const T* dNlg = split && !WIDE ? static_cast<const T*>(p.dN_lo) + blk * kC * V : nullptr;
-  const T* Ng = WIDE ? nullptr : static_cast<const T*>(p.vnew) + blk * kC * V;
-  const T* Nlg = split && !WIDE ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
-  const float* dNf = WIDE ? static_cast<const float*>(p.dN) + blk * kC * V : nullptr;
-  const float* Nf = WIDE ? static_cast<const float*>(p.vnew) + blk * kC * V : nullptr;
+  const T* dNg = static_cast<const T*>(p.dN) + blk * kC * V;
+  const T* dNlg = split ? static_cast<const T*>(p.dN_lo) + blk * kC * V : nullptr;
+  const T* Ng = static_cast<const T*>(p.vnew) + blk * kC * V;
   T* dYg = static_cast<T*>(p.dY) + blk * kC * V;
   T* dYlg = split ? static_cast<T*>(p.dY_lo) + blk * kC * V : nullptr;
+  const T* Nlg = split ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
   T* dvg = static_cast<T*>(p.dv);
-  if constexpr (WIDE) {  // M⁻¹ single (the emulation: the one derived operand that may be)
-    kern::tile_split<T, 64, 64, kThreads, false>(Bs, nullptr, ld, static_cast<const float*>(p.Ainv) + blk * kC * kC,
-                                                 kC, tid);
-  } else if (delta) {
-    tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
-  }
+  if (delta) tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
   float accA[1][4][4], accM[1][4][4];
   zero_acc(accA);
   zero_acc(accM);
   float dby[2] = {0.f, 0.f};
-  // split: V_new's low half staged in the q tile (free until phase B); WIDE: dY's in the k tile
+  // split: V_new's low half staged in the q tile (free until phase B)
   T* Nlos = qs;
-  T* dYloA = ks;
   for (int v0 = 0; v0 < V; v0 += 64) {
-    if constexpr (WIDE) {
-      kern::tile_split<T, 64, 64, kThreads, true>(dNs, dNlos, ld, dNf + v0, V, tid);
-      kern::tile_split<T, 64, 64, kThreads, true>(Ns, Nlos, ld, Nf + v0, V, tid);
-    } else {
-      tile64<T>(dNs, ld, dNg + v0, V);
-      if (split) {
-        tile64<T>(dNlos, ld, dNlg + v0, V);
-        tile64<T>(Nlos, ld, Nlg + v0, V);
-      }
-      tile64<T>(Ns, ld, Ng + v0, V);
+    tile64<T>(dNs, ld, dNg + v0, V);
+    if (split) {
+      tile64<T>(dNlos, ld, dNlg + v0, V);
+      tile64<T>(Nlos, ld, Nlg + v0, V);
     }
+    tile64<T>(Ns, ld, Ng + v0, V);
     tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
     land();
     __syncthreads();
@@ -702,9 +670,8 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
           store2<T>(dYg + static_cast<int64_t>(i) * V + v0 + vv, y0, y1);
         }
         if (split && delta) {
-          const float l0 = y0 - to_f(from_f<T>(y0)), l1 = y1 - to_f(from_f<T>(y1));
-          store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, l0, l1);
-          if constexpr (WIDE) store2<T>(dYloA + i * ld + vv, l0, l1);
+          store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
+                    y1 - to_f(from_f<T>(y1)));
         }
         if (i < Lc) {
           const In* vr = vbase + i * v_row + v0 + vv;
@@ -728,7 +695,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
       mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
       if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
     }
-    if constexpr (WIDE) mma_op<T, 1, 4, false, false>(accM, dYloA, ld, Ns, ld, tm0, n0, 0, 64);
     __syncthreads();
   }
 #pragma unroll
@@ -751,10 +717,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
       }
       store2<T>(A1s + i * ld + j, a[0], a[1]);
       store2<T>(dMs + i * ld + j, m[0], m[1]);
-      if constexpr (WIDE) {
-        store2<T>(A1lo + i * ld + j, a[0] - to_f(from_f<T>(a[0])), a[1] - to_f(from_f<T>(a[1])));
-        store2<T>(dMlo + i * ld + j, m[0] - to_f(from_f<T>(m[0])), m[1] - to_f(from_f<T>(m[1])));
-      }
     }
   __syncthreads();
   // Scalar gate: dg_t is formed at the end from the terms that straddle t (see the end of the
@@ -773,9 +735,9 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
   // split form's eight tiles (dO, N and its low half, dY and its low half, S hi and lo, dS⁺) fit the
   // union, 5 KB each (their low halves were read from global memory by the mma steps, which
   // stalled on them: ncu, bench/logs/2026-11-25-h100-s18-a-*).
-  constexpr int kVB = kIs16<T> && !WIDE ? 32 : 64;
+  constexpr int kVB = kIs16<T> ? 32 : 64;
   constexpr int ldb = kVB + L::P;
-  static_assert((WIDE ? 9 : 8) * 64 * ldb * L::es <= L::un_bytes || !kIs16<T>, "phase B's tiles fit the union");
+  static_assert(8 * 64 * ldb * L::es <= L::un_bytes || !kIs16<T>, "phase B's tiles fit the union");
   auto vtile = [&](int n) { return reinterpret_cast<T*>(un) + n * 64 * ldb; };
   T* Ss = vtile(0);
   T* dSs = vtile(1);
@@ -785,7 +747,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
   T* Slo = vtile(5);  // S − hi(S): dX = −dY Sᵀ at ~float32 accuracy in S (16-bit types)
   Nlos = vtile(6);
   T* dYlos = vtile(7);
-  T* dSlo = vtile(8);  // WIDE: dS⁺'s low half
   const float* hg = p.h + blk * K * V;
   const float* dhg = p.dh + blk * K * V;
   const T* dYr = dYg;
@@ -840,14 +801,10 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
     float rs = 0.f;
     for (int v0 = 0; v0 < V; v0 += kVB) {
       tile_in<T, 64, kVB, true>(dOs, ldb, dObase + v0, v_row, Lc);
-      if constexpr (WIDE) {
-        kern::tile_split<T, 64, kVB, kThreads, true>(Ns, Nlos, ldb, Nf + v0, V, tid);
-      } else {
-        kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
-      }
+      kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
       if (delta) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
       if (split) {  // the low halves (dY's written by this CTA in phase A)
-        if constexpr (!WIDE) kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
+        kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
         kern::tile_copy<T, 64, kVB, kThreads>(dYlos, ldb, dYlg + v0, V, tid);
       }
       {
@@ -880,9 +837,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
           if constexpr (kIs16<T>) {
             store2<T>(Slo + ch * ldb + vq + m, sv[m] - to_f(from_f<T>(sv[m])), sv[m + 1] - to_f(from_f<T>(sv[m + 1])));
           }
-          if constexpr (WIDE) {
-            store2<T>(dSlo + ch * ldb + vq + m, dv[m] - to_f(from_f<T>(dv[m])), dv[m + 1] - to_f(from_f<T>(dv[m + 1])));
-          }
         }
       }
       land();
@@ -895,10 +849,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
         if (split) {
           if (delta) mma_op<T, 1, 4, false, false>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
           mma_op<T, 1, 4, false, false>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
-        }
-        if constexpr (WIDE) {
-          mma_op<T, 1, 4, false, false>(aq, dOs, ldb, Slo, ldb, tm0, n0, 0, kVB);
-          mma_op<T, 1, 4, false, false>(an, Ns, ldb, dSlo, ldb, tm0, n0, 0, kVB);
         }
       }
       __syncthreads();
@@ -914,7 +864,7 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
     float* Dq = reinterpret_cast<float*>(un);
     float* Dz = Dq + 64 * ldg;
     float* Dk = Dz + 64 * ldg;
-    diag_blocks<T, ld, ldg, WIDE>(A1s, dMs, A1lo, dMlo, qs, ks, gs, rq, rk, bet, Dq, Dz, Dk);
+    diag_blocks<T, ld, ldg>(A1s, dMs, qs, ks, gs, rq, rk, bet, Dq, Dz, Dk);
     __syncthreads();
 
     // fold the V-side products and the diagonal blocks: dq = s E (dO Sᵀ) + Dq, x = dX ⊙ E + Dz,
@@ -994,8 +944,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
     T* Kmin = reinterpret_cast<T*>(un);  // 96 rows: I = 1, 2, 3 -> rows j < 16 I at offsets 0, 16, 48
     T* Qd = Kmin + 96 * ld;              // 48 rows: I = 1, 2, 3 -> rows 16 I .. 16 I + 15 at 16 (I - 1)
     T* Kd = Qd + 48 * ld;                // 48 rows, same, β folded in
-    constexpr int kLo = 192 * ld;        // WIDE: each one's low half kLo elements on
-    static_assert(!WIDE || 2 * kLo * L::es <= L::un_bytes, "the decayed operands' halves fit the union");
     for (int e = tid; e < 192 * 16; e += kThreads) {
       const int R = e >> 4, cc = (e & 15) * 4;
       int row, r;
@@ -1026,13 +974,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
       T* dst = reinterpret_cast<T*>(un) + R * ld + cc;
       store2<T>(dst, xv[0], xv[1]);
       store2<T>(dst + 2, xv[2], xv[3]);
-      if constexpr (WIDE) {
-        float lo[4];
-#pragma unroll
-        for (int m = 0; m < 4; ++m) lo[m] = xv[m] - to_f(from_f<T>(xv[m]));
-        store2<T>(dst + kLo, lo[0], lo[1]);
-        store2<T>(dst + kLo + 2, lo[2], lo[3]);
-      }
     }
     __syncthreads();
     auto kmin_ofs = [](int I) { return I == 1 ? 0 : (I == 2 ? 16 : 48); };
@@ -1044,10 +985,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
       float a[1][4][4];
       zero_acc(a);
       mma_op<T, 1, 4, false, true>(a, A1s, ld, Kb, ld, r, n0, 0, r);
-      if constexpr (WIDE) {
-        mma_op<T, 1, 4, false, true>(a, A1lo, ld, Kb, ld, r, n0, 0, r);
-        mma_op<T, 1, 4, false, true>(a, A1s, ld, Kb + kLo, ld, r, n0, 0, r);
-      }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = tm0 + g + 8 * hh;
@@ -1056,17 +993,11 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
           const int cc = n0 + 8 * (m >> 1) + 2 * t + (m & 1);
           const float v = a[0][m >> 1][2 * hh + (m & 1)];
           dq[hh][m] += v * __expf(gs[i * ldg + cc] - gs[r * ldg + cc]);
-          float qd = to_f(Qb[(g + 8 * hh) * ld + cc]);
-          if constexpr (WIDE) qd += to_f(Qb[(g + 8 * hh) * ld + cc + kLo]);
-          dgam[hh][m] += qd * v;
+          dgam[hh][m] += to_f(Qb[(g + 8 * hh) * ld + cc]) * v;
         }
       }
       zero_acc(a);
       mma_op<T, 1, 4, false, true>(a, dMs, ld, Kb, ld, r, n0, 0, r);
-      if constexpr (WIDE) {
-        mma_op<T, 1, 4, false, true>(a, dMlo, ld, Kb, ld, r, n0, 0, r);
-        mma_op<T, 1, 4, false, true>(a, dMs, ld, Kb + kLo, ld, r, n0, 0, r);
-      }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = tm0 + g + 8 * hh;
@@ -1078,9 +1009,7 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
           const float z = v * __expf(gs[i * ldg + cc] - gs[r * ldg + cc]);
           km[hh][m] += bi * z;
           dbr[hh] += to_f(ks[i * ld + cc]) * rk[i] * z;
-          float kd = to_f(Kdb[(g + 8 * hh) * ld + cc]);
-          if constexpr (WIDE) kd += to_f(Kdb[(g + 8 * hh) * ld + cc + kLo]);
-          dgam[hh][m] += kd * v;
+          dgam[hh][m] += to_f(Kdb[(g + 8 * hh) * ld + cc]) * v;
         }
       }
     }
@@ -1090,12 +1019,6 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
       zero_acc(a);
       mma_op<T, 1, 4, true, true>(a, A1s + r * ld, ld, Qd + (r - 16) * ld, ld, tm0, n0, 0, 16);
       mma_op<T, 1, 4, true, true>(a, dMs + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
-      if constexpr (WIDE) {
-        mma_op<T, 1, 4, true, true>(a, A1lo + r * ld, ld, Qd + (r - 16) * ld, ld, tm0, n0, 0, 16);
-        mma_op<T, 1, 4, true, true>(a, A1s + r * ld, ld, Qd + (r - 16) * ld + kLo, ld, tm0, n0, 0, 16);
-        mma_op<T, 1, 4, true, true>(a, dMlo + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
-        mma_op<T, 1, 4, true, true>(a, dMs + r * ld, ld, Kd + (r - 16) * ld + kLo, ld, tm0, n0, 0, 16);
-      }
       const T* Kb = Kmin + kmin_ofs(I) * ld;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -1105,9 +1028,7 @@ __global__ void __launch_bounds__(kThreads, (kIs16<T> && !WIDE) ? 2 : 1) wy_kern
           const int cc = n0 + 8 * (m >> 1) + 2 * t + (m & 1);
           const float v = a[0][m >> 1][2 * hh + (m & 1)];
           km[hh][m] += v * __expf(gs[r * ldg + cc] - gs[j * ldg + cc]);
-          float kmn = to_f(Kb[j * ld + cc]);
-          if constexpr (WIDE) kmn += to_f(Kb[j * ld + cc + kLo]);
-          dgam[hh][m] -= kmn * v;
+          dgam[hh][m] -= to_f(Kb[j * ld + cc]) * v;
         }
       }
     }
@@ -1223,22 +1144,14 @@ std::size_t dh_smem_k(int K, int stages, bool split) {
   }
 }
 
-template <class T, bool VEC, bool DELTA, class In = T, bool WIDE = false>
+template <class T, bool VEC, bool DELTA, class In = T>
 cudaError_t launch_wy_t(const WyParams& p, cudaStream_t s) {
-  auto kernel = wy_kernel<T, VEC, DELTA, In, WIDE>;
-  const int smem = WyLayout<T, WIDE>::total;
+  auto kernel = wy_kernel<T, VEC, DELTA, In>;
+  const int smem = WyLayout<T>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(p.num_chunks, p.HV);
-  if constexpr (WIDE) {
-    // dY's bf16 halves in the float32 form's dY scratch ([blocks][64][V] float32): hi in its
-    // first half, lo in its second
-    WyParams w = p;
-    w.dY_lo = static_cast<T*>(p.dY) + static_cast<int64_t>(p.num_chunks) * p.HV * kC * p.V;
-    kernel<<<grid, kThreads, smem, s>>>(w);
-  } else {
-    kernel<<<grid, kThreads, smem, s>>>(p);
-  }
+  kernel<<<grid, kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }
 
@@ -1249,11 +1162,7 @@ cudaError_t launch_wy_v(int dtype, const WyParams& p, cudaStream_t s) {
     case 1: return launch_wy_t<__nv_bfloat16, VEC, DELTA>(p, s);
     default:  // float32 compute on float32 rows, or on the caller's 16-bit rows (p.in_dt)
       if (p.in_dt == 0) return launch_wy_t<float, VEC, DELTA, __half>(p, s);
-      if (p.in_dt == 1) {
-        // bf16 inputs with the vector gate and the delta rule (KDA): on bf16 hi + lo pairs
-        if constexpr (VEC && DELTA) return launch_wy_t<__nv_bfloat16, true, true, __nv_bfloat16, true>(p, s);
-        else return launch_wy_t<float, VEC, DELTA, __nv_bfloat16>(p, s);
-      }
+      if (p.in_dt == 1) return launch_wy_t<float, VEC, DELTA, __nv_bfloat16>(p, s);
       return launch_wy_t<float, VEC, DELTA>(p, s);
   }
 }

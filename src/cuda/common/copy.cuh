@@ -110,32 +110,4 @@ __device__ __forceinline__ void tile_widen_rt(float* dst, int sld, const In* src
   }
 }
 
-// A ROWS x COLS float tile (global rows, stride gld; every row valid) into 16-bit tiles of the
-// compute type: hi = T(x) and, when LO, lo = T(x - hi) (the backward's float32 form on bf16 inputs
-// runs its products as hi + lo pairs, split once here instead of in every fragment load). Plain
-// loads, all of a thread's in flight before its stores: complete at the block's next barrier.
-template <class T, int ROWS, int COLS, int NT, bool LO>
-__device__ __forceinline__ void tile_split(T* hi, T* lo, int sld, const float* src, int64_t gld, int tid) {
-  constexpr int ppr = COLS / 4;
-  constexpr int total = ROWS * ppr;
-  static_assert(total % NT == 0 && NT % ppr == 0, "tile shape");
-  constexpr int iters = total / NT, rstep = NT / ppr;
-  const int r0 = tid / ppr, c = (tid % ppr) * 4;
-  float4 x[iters];
-#pragma unroll
-  for (int it = 0; it < iters; ++it)
-    x[it] = __ldg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(r0 + it * rstep) * gld + c));
-#pragma unroll
-  for (int it = 0; it < iters; ++it) {
-    const int o = (r0 + it * rstep) * sld + c;
-    const T h0 = from_f<T>(x[it].x), h1 = from_f<T>(x[it].y), h2 = from_f<T>(x[it].z), h3 = from_f<T>(x[it].w);
-    store2<T>(hi + o, x[it].x, x[it].y);
-    store2<T>(hi + o + 2, x[it].z, x[it].w);
-    if constexpr (LO) {
-      store2<T>(lo + o, x[it].x - to_f(h0), x[it].y - to_f(h1));
-      store2<T>(lo + o + 2, x[it].z - to_f(h2), x[it].w - to_f(h3));
-    }
-  }
-}
-
 }  // namespace linattn::cuda::kern

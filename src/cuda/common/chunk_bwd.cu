@@ -618,6 +618,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
 struct Partials {
   float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
   int NS = 1, KG = 1;
+  // dg / dβ already written by the chunked pass 2 (WyParams::dg_direct, dbeta): finish_gb skips them
+  bool dg_written = false, dbeta_written = false;
 };
 
 // The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
@@ -822,6 +824,16 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.dY_lo = base + pl.dY_lo;
       wp.vnew_lo = fb.vnew_lo;
     }
+    // dg and dβ written by pass 2 itself where nothing else needs the partials: the identity gate
+    // transform without gate-parameter gradients or g_gamma (dg is then the partial), and dβ
+    // always (one row a token). Saves finish_gb its pass over pg (a copy, 268 MB each way at
+    // issue 5's reference shape) and, for the scalar gate, pass 2 its zero-padded pg rows.
+    wp.dg_direct = p.has_g && ga.kind == 0 && !p.has_g_gamma && !out.ddt_bias.present() && !out.dA_log.present();
+    wp.dg = wp.dg_direct && out.dg.present() ? out.dg.data : nullptr;
+    wp.dg_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
+    wp.dbeta = p.delta && out.dbeta.present() ? out.dbeta.data : nullptr;
+    parts->dg_written = wp.dg_direct != 0;
+    parts->dbeta_written = wp.dbeta != nullptr;
     if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
     mark("finish_qk");
   }
@@ -869,13 +881,13 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   fg.pb = pb;
   fg.g = p.has_g ? f.g.data : nullptr;
   fg.g_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
-  fg.dg = out.dg.present() ? out.dg.data : nullptr;
+  fg.dg = out.dg.present() && !parts.dg_written ? out.dg.data : nullptr;
   fg.draw = want_dtb ? draw : nullptr;
   fg.da = want_da ? da : nullptr;
   fg.beta = f.beta.data;
   fg.beta_dt = dtype_code(f.beta.dtype);
   fg.beta_mode = beta_mode;
-  fg.dbeta = out.dbeta.present() ? out.dbeta.data : nullptr;
+  fg.dbeta = out.dbeta.present() && !parts.dbeta_written ? out.dbeta.data : nullptr;
   fg.tokens = tokens;
   fg.HV = static_cast<int>(p.HV);
   fg.K = static_cast<int>(p.K);

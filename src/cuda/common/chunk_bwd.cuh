@@ -172,6 +172,15 @@ struct WyParams {
   void* dY_lo = nullptr;
   // split mode: V_new's low half (chunk_state's vnew_lo) in A1, dM and N dS⁺ᵀ
   const void* vnew_lo = nullptr;
+  // Gradients written here rather than by finish_gb (run_chunked decides; the finish kernels then
+  // skip them). dg_direct: the gate transform is the identity (no in-kernel gate, no g_gamma), so
+  // dg is the partial itself (0 on floored tokens, as gate::transform_bwd): written to dg in g's
+  // dtype (dg_dt; null: not asked for) and pg is not written. dbeta: dβ through the sigmoid, in β's
+  // dtype, instead of pb (null: pb written).
+  int dg_direct = 0;
+  void* dg = nullptr;
+  int dg_dt = 2;
+  void* dbeta = nullptr;
 };
 
 // dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).

@@ -461,6 +461,14 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
     dgt[tid] = cend + col + row + pair;
   }
   __syncthreads();
+  if (p.dg_direct) {  // dg straight out (identity transform), no partial rows
+    if (p.dg && tid < Lc) {
+      const int64_t r = static_cast<int64_t>(t0 + tid) * p.HV + hv;
+      const float raw = load_any(p.gate.g, p.gate.g_dt, r), d = dgt[tid];
+      stf(p.dg, p.dg_dt, r, (raw <= gate::kFloor || d == 0.f) ? 0.f : d);
+    }
+    return;
+  }
   const int K = p.K;
   const int64_t rs = static_cast<int64_t>(p.HV) * K;
   float* pgo = p.pg + (static_cast<int64_t>(t0) * p.HV + hv) * K;
@@ -1087,12 +1095,29 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i
         float run = __expf(gL[cc]) * rsum[cc] + colred[cc] + colred[64 + cc] + colred[128 + cc] + colred[192 + cc];
         for (int s2 = 3; s2 > seg; --s2) run += segtot[s2 * 64 + cc];
-        float* pgo = p.pg + (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
+        const int64_t gofs = (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
+        if (p.dg_direct) {  // dg straight out (identity transform: 0 on floored tokens), no partials
+          if (p.dg) {
+            float raw[16];  // the raw gates again (read by this CTA moments ago), all in flight
 #pragma unroll
-        for (int m = 15; m >= 0; --m) {
-          const int i = 16 * seg + m;
-          run += dgs[i * ldg + cc];
-          if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
+            for (int m = 0; m < 16; ++m)
+              raw[m] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gofs + static_cast<int64_t>(16 * seg + m) * HV * K) : 0.f;
+#pragma unroll
+            for (int m = 15; m >= 0; --m) {
+              const int i = 16 * seg + m;
+              run += dgs[i * ldg + cc];
+              if (i < Lc)
+                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, (raw[m] <= gate::kFloor || run == 0.f) ? 0.f : run);
+            }
+          }
+        } else {
+          float* pgo = p.pg + gofs;
+#pragma unroll
+          for (int m = 15; m >= 0; --m) {
+            const int i = 16 * seg + m;
+            run += dgs[i * ldg + cc];
+            if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
+          }
         }
       }
       __syncthreads();
@@ -1109,7 +1134,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
   if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
                                                  ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
-  if (tid < Lc) p.pb[static_cast<int64_t>(t0 + tid) * HV + hv] = dbacc[tid];
+  if (tid < Lc) {
+    const int64_t r = static_cast<int64_t>(t0 + tid) * HV + hv;
+    if (p.dbeta) {  // through the sigmoid as finish_gb would (β's dtype)
+      float der = 1.f;
+      if (p.beta_mode != 0) {
+        const float sg = gate::sigmoid_precise(load_any(p.beta, p.beta_dt, r));
+        der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
+      }
+      stf(p.dbeta, p.beta_dt, r, dbacc[tid] * der);
+    } else {
+      p.pb[r] = dbacc[tid];
+    }
+  }
 }
 
 template <class T, int K, int VT, class In>

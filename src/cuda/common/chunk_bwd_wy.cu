@@ -528,6 +528,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   float* rk = sm + 128;       // [64]
   float* gsc = sm + 192;      // [64] scalar gate cumsum
   float* tmp = sm + 256;      // [64]
+  // the vector gate (gsc, tmp unused): per thread of phase B's gate loads, which of its 16 tokens
+  // have a floored identity gate (WyParams::dg_direct)
+  unsigned short* floored = reinterpret_cast<unsigned short*>(gsc);
   float* dbacc = sm + 320;    // [64]
   float* rsum = sm + 384;     // [64]
   float* red = sm + 448;      // [2][64]
@@ -778,6 +781,12 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
 #pragma unroll
           for (int m = 0; m < 16; ++m)
             vals[m] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gbase + m * gstride) : 0.f;
+        }
+        if (p.dg_direct) {  // the identity gate's floored tokens, for dg at the tile's end
+          unsigned fl = 0;
+#pragma unroll
+          for (int m = 0; m < 16; ++m) fl |= (vals[m] <= gate::kFloor ? 1u : 0u) << m;
+          floored[tid] = static_cast<unsigned short>(fl);
         }
         float run = 0.f;
         gate::with_head_gate(hgate, [&](auto kind, auto regular) {
@@ -1098,16 +1107,13 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         const int64_t gofs = (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
         if (p.dg_direct) {  // dg straight out (identity transform: 0 on floored tokens), no partials
           if (p.dg) {
-            float raw[16];  // the raw gates again (read by this CTA moments ago), all in flight
-#pragma unroll
-            for (int m = 0; m < 16; ++m)
-              raw[m] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gofs + static_cast<int64_t>(16 * seg + m) * HV * K) : 0.f;
-#pragma unroll
+            const unsigned fl = floored[tid];
+#pragma unroll 1  // rolled: the kernel's code size is its instruction-fetch stall (ncu)
             for (int m = 15; m >= 0; --m) {
               const int i = 16 * seg + m;
               run += dgs[i * ldg + cc];
               if (i < Lc)
-                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, (raw[m] <= gate::kFloor || run == 0.f) ? 0.f : run);
+                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, ((fl >> m) & 1u) || run == 0.f ? 0.f : run);
             }
           }
         } else {

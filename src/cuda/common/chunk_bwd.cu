@@ -618,10 +618,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
 struct Partials {
   float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
   int NS = 1, KG = 1;
-  // The chunked pass 2 wrote dg and dβ itself (WyParams::dg_direct, dbeta) and left draw / da as
-  // per-chunk parts (`chunks` rows) instead of per-token rows: finish_gb skips all of them.
+  // dg / dβ already written by the chunked pass 2 (WyParams::dg_direct, dbeta): finish_gb skips them
   bool dg_written = false, dbeta_written = false;
-  int64_t chunks = 0;
 };
 
 // The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
@@ -826,22 +824,16 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.dY_lo = base + pl.dY_lo;
       wp.vnew_lo = fb.vnew_lo;
     }
-    // dg (through the gate transform) and dβ written by pass 2 itself, and the gate parameters'
-    // gradients left as per-chunk parts in pg's and pb's places (neither is written then): no
-    // per-token pass over pg (268 MB at issue 5's reference shape) and no per-token rows for the
-    // column sums. Not for simple GLA's g_gamma, whose column sum finish_gb forms from per-token
-    // rows (the scalar gate's pass 2 then writes pg).
-    wp.dg_direct = p.has_g && !p.has_g_gamma;
-    if (p.vector_gate && !wp.dg_direct)
-      return {StatusCode::kBackendError, "CUDA backward: the vector gate's pass 2 writes dg itself"};
+    // dg and dβ written by pass 2 itself where nothing else needs the partials: the identity gate
+    // transform without gate-parameter gradients or g_gamma (dg is then the partial), and dβ
+    // always (one row a token). Saves finish_gb its pass over pg (a copy, 268 MB each way at
+    // issue 5's reference shape) and, for the scalar gate, pass 2 its zero-padded pg rows.
+    wp.dg_direct = p.has_g && ga.kind == 0 && !p.has_g_gamma && !out.ddt_bias.present() && !out.dA_log.present();
     wp.dg = wp.dg_direct && out.dg.present() ? out.dg.data : nullptr;
     wp.dg_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
     wp.dbeta = p.delta && out.dbeta.present() ? out.dbeta.data : nullptr;
-    wp.dtb_part = wp.dg_direct && out.ddt_bias.present() ? wp.pg : nullptr;
-    wp.da_part = wp.dg_direct && out.dA_log.present() ? wp.pb : nullptr;
     parts->dg_written = wp.dg_direct != 0;
-    parts->dbeta_written = true;  // or not asked for: pass 2 writes no pb
-    parts->chunks = p.num_chunks;
+    parts->dbeta_written = wp.dbeta != nullptr;
     if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
     mark("finish_qk");
   }
@@ -849,9 +841,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   pk = reinterpret_cast<float*>(base + pl.pk);
   pg = reinterpret_cast<float*>(base + pl.pg);
   pb = reinterpret_cast<float*>(base + pl.pb);
-  // per-chunk parts where pass 2 wrote them (pg's and pb's places), else per-token rows later
-  draw = reinterpret_cast<float*>(base + (parts->dg_written ? pl.pg : pl.draw));
-  da = reinterpret_cast<float*>(base + (parts->dg_written ? pl.pb : pl.da));
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
   return Status::Ok();
 }
 
@@ -885,15 +876,14 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
 
   const bool want_dtb = out.ddt_bias.present() && p.has_g;
   const bool want_da = out.dA_log.present() && p.has_g;
-  const int64_t gate_rows = parts.dg_written ? parts.chunks : tokens;  // of draw, da
   FinishGB fg{};
   fg.pg = pg;
   fg.pb = pb;
   fg.g = p.has_g ? f.g.data : nullptr;
   fg.g_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
   fg.dg = out.dg.present() && !parts.dg_written ? out.dg.data : nullptr;
-  fg.draw = want_dtb && !parts.dg_written ? draw : nullptr;
-  fg.da = want_da && !parts.dg_written ? da : nullptr;
+  fg.draw = want_dtb ? draw : nullptr;
+  fg.da = want_da ? da : nullptr;
   fg.beta = f.beta.data;
   fg.beta_dt = dtype_code(f.beta.dtype);
   fg.beta_mode = beta_mode;
@@ -921,13 +911,13 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   float* scratch = pq;
   if (out.ddt_bias.present()) {
     const int C = static_cast<int>(p.HV * KG);
-    if ((e = colsum(draw, want_dtb ? gate_rows : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=
+    if ((e = colsum(fg.draw, want_dtb ? tokens : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=
         cudaSuccess)
       return cuda_error("colsum launch", e);
   }
   if (out.dA_log.present()) {
     const int C = static_cast<int>(p.HV);
-    if ((e = colsum(da, want_da ? gate_rows : 0, C, scratch, out.dA_log.data, dtype_code(out.dA_log.dtype), st)) !=
+    if ((e = colsum(fg.da, want_da ? tokens : 0, C, scratch, out.dA_log.data, dtype_code(out.dA_log.dtype), st)) !=
         cudaSuccess)
       return cuda_error("colsum launch", e);
   }

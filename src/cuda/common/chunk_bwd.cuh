@@ -172,19 +172,15 @@ struct WyParams {
   void* dY_lo = nullptr;
   // split mode: V_new's low half (chunk_state's vnew_lo) in A1, dM and N dS⁺ᵀ
   const void* vnew_lo = nullptr;
-  // Gradients written here rather than by finish_gb (run_chunked decides; finish_gb then does not
-  // run for them). dg_direct (every gate but simple GLA's g_gamma, whose column sum needs per-token
-  // rows; always for the vector gate): dg through the gate transform (gate::transform_bwd) in g's
-  // dtype (dg_dt; null: not asked for), pg and pb not written. dbeta: dβ through the sigmoid, in
-  // β's dtype (null: not asked for).
+  // Gradients written here rather than by finish_gb (run_chunked decides; the finish kernels then
+  // skip them). dg_direct: the gate transform is the identity (no in-kernel gate, no g_gamma), so
+  // dg is the partial itself (0 on floored tokens, as gate::transform_bwd): written to dg in g's
+  // dtype (dg_dt; null: not asked for) and pg is not written. dbeta: dβ through the sigmoid, in β's
+  // dtype, instead of pb (null: pb written).
   int dg_direct = 0;
   void* dg = nullptr;
   int dg_dt = 2;
   void* dbeta = nullptr;
-  // With dg_direct, the gate parameters' gradients as per-chunk parts for the column sums (null:
-  // not asked for): dtb_part [chunks][HV][KG] (ddt_bias), da_part [chunks][HV] (dA_log).
-  float* dtb_part = nullptr;
-  float* da_part = nullptr;
 };
 
 // dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).

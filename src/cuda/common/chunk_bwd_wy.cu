@@ -347,16 +347,6 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 //      e^{γ_C} ⊙ rowsum(S⊙dS⁺) + Σ_i k_i ⊙ F_i ⊙ (N dS⁺ᵀ)_i; reverse cumsum → dg.
 //    Writes this value head's float32 partials dq, dk (w.r.t. the normalised q, k), dg, dβ for
 //    the finish kernels (NS = 1).
-// An in-kernel gate's backward for one element (gate::transform_bwd): {dL/draw, its dA_log term}.
-// Out of line: inlined into the vector gate's rolled dg loop it grew wy_kernel by ~750
-// instructions, and this kernel's speed follows its code size (instruction fetch; ncu, session 20).
-__device__ __noinline__ float2 gate_bwd_element(int kind, int has_alog, float lower_bound, float raw, float dtb,
-                                                float alog, float dg) {
-  float da = 0.f;
-  const float d = gate::transform_bwd(kind, has_alog, lower_bound, raw, dtb, alog, dg, &da);
-  return make_float2(d, da);
-}
-
 // exp(x) as one MUFU.EX2 with denormals flushed (x <= 0 here: decays; a flushed result is 0).
 __device__ __forceinline__ float exp_ftz(float x) {
   float y;
@@ -770,7 +760,6 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   T* dYlos = vtile(7);
   const float* hg = p.h + blk * K * V;
   const float* dhg = p.dh + blk * K * V;
-  float da_cta = 0.f;  // the vector gate: this chunk's part of dA_log (thread 0), over the K tiles
   const T* dYr = dYg;
   for (int c0 = 0; c0 < K; c0 += 64) {
     tile_in<T, 64, 64, true>(qs, ld, qbase + c0, qk_row, Lc);
@@ -1115,62 +1104,26 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         // chunk-end term e^{γ_C} rowsum(S ⊙ dS⁺) + Σ_i k_i F_i (N dS⁺ᵀ)_i
         float run = __expf(gL[cc]) * rsum[cc] + colred[cc] + colred[64 + cc] + colred[128 + cc] + colred[192 + cc];
         for (int s2 = 3; s2 > seg; --s2) run += segtot[s2 * 64 + cc];
-        // dg through the gate transform, straight out (WyParams::dg_direct, always set for the
-        // vector gate), and this chunk's parts of the gate parameters' gradients
         const int64_t gofs = (static_cast<int64_t>(t0) * HV + hv) * K + c0 + cc;
-        const int64_t gstep = static_cast<int64_t>(HV) * K;
-        // an in-kernel gate needs the raw gates again (read by this CTA at the tile's start):
-        // staged beside dγ, each thread its own 16 (no barrier)
-        float* rawsm = dgs + 64 * ldg;
-        if (ga.kind != 0) {
-          if (ga.g_dt == 2) {
-            float raw[16];
-#pragma unroll
-            for (int m = 0; m < 16; ++m)
-              raw[m] = 16 * seg + m < Lc ? __ldg(static_cast<const float*>(ga.g) + gofs + (16 * seg + m) * gstep) : 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; ++m) rawsm[(16 * seg + m) * ldg + cc] = raw[m];
-          } else {
-#pragma unroll 1
-            for (int m = 0; m < 16; ++m)
-              rawsm[(16 * seg + m) * ldg + cc] = 16 * seg + m < Lc ? load_any(ga.g, ga.g_dt, gofs + (16 * seg + m) * gstep) : 0.f;
-          }
-        }
-        const float dtb = use_dtb ? load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c0 + cc) : 0.f;
-        const unsigned fl = floored[tid];
-        float dsum = 0.f, da = 0.f;
+        if (p.dg_direct) {  // dg straight out (identity transform: 0 on floored tokens), no partials
+          if (p.dg) {
+            const unsigned fl = floored[tid];
 #pragma unroll 1  // rolled: the kernel's code size is its instruction-fetch stall (ncu)
-        for (int m = 15; m >= 0; --m) {
-          const int i = 16 * seg + m;
-          run += dgs[i * ldg + cc];
-          if (i < Lc) {
-            // the identity: 0 on floored tokens, as gate::transform_bwd
-            float d;
-            if (ga.kind == 0) {
-              d = ((fl >> m) & 1u) || run == 0.f ? 0.f : run;
-            } else {
-              const float2 r = gate_bwd_element(ga.kind, hgate.has_alog, ga.lower_bound, rawsm[i * ldg + cc], dtb,
-                                                hgate.alog, run);
-              d = r.x;
-              da += r.y;
+            for (int m = 15; m >= 0; --m) {
+              const int i = 16 * seg + m;
+              run += dgs[i * ldg + cc];
+              if (i < Lc)
+                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, ((fl >> m) & 1u) || run == 0.f ? 0.f : run);
             }
-            if (p.dg) stf(p.dg, p.dg_dt, gofs + i * gstep, d);
-            dsum += d;
           }
-        }
-        if (p.dtb_part || p.da_part) {  // fixed-order sums: the four segments, the eight warps
+        } else {
+          float* pgo = p.pg + gofs;
 #pragma unroll
-          for (int o = 16; o > 0; o >>= 1) da += __shfl_xor_sync(0xffffffffu, da, o);
-          __syncthreads();  // every thread has read segtot
-          segtot[seg * 64 + cc] = dsum;
-          if (lane == 0) red[warp] = da;
-          __syncthreads();
-          if (p.dtb_part && tid < kC)
-            p.dtb_part[(static_cast<int64_t>(c) * HV + hv) * K + c0 + tid] =
-                segtot[tid] + segtot[64 + tid] + segtot[128 + tid] + segtot[192 + tid];
-          if (tid == 0)
-#pragma unroll
-            for (int w = 0; w < kThreads / 32; ++w) da_cta += red[w];
+          for (int m = 15; m >= 0; --m) {
+            const int i = 16 * seg + m;
+            run += dgs[i * ldg + cc];
+            if (i < Lc) pgo[static_cast<int64_t>(i) * HV * K] = run;
+          }
         }
       }
       __syncthreads();
@@ -1187,9 +1140,6 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
   if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
                                                  ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
-  if constexpr (VEC) {
-    if (p.da_part && tid == 0) p.da_part[static_cast<int64_t>(c) * HV + hv] = da_cta;
-  }
   if (tid < Lc) {
     const int64_t r = static_cast<int64_t>(t0 + tid) * HV + hv;
     if (p.dbeta) {  // through the sigmoid as finish_gb would (β's dtype)
@@ -1199,6 +1149,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
       }
       stf(p.dbeta, p.beta_dt, r, dbacc[tid] * der);
+    } else {
+      p.pb[r] = dbacc[tid];
     }
   }
 }

@@ -173,15 +173,18 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, c
   }
 }
 
-// ---- 4b. dg (through the gate transform), dβ (through the sigmoid), per-token dA_log and
-// d(raw g) contributions for the column sums. One warp per (token, value head).
+// ---- 4b. dg (through the gate transform), dβ (through the sigmoid), and the dA_log / d(raw g)
+// contributions for the column sums, summed over each block's 8 tokens in warp order (the rows
+// the column sums read: an eighth of per-token ones). One warp per (token, value head), a block 8
+// consecutive tokens of one value head: grid (ceil(tokens / 8), HV).
+constexpr int kGbTokens = 8;
 struct FinishGB {
   const float *pg, *pb;
   const void* g;
   int g_dt;
   void* dg;          // optional output, g's dtype
-  float* draw;       // optional [tokens][HV][KG] (for ddt_bias)
-  float* da;         // optional [tokens][HV] (for dA_log)
+  float* draw;       // optional [ceil(tokens / 8)][HV][KG] (for ddt_bias)
+  float* da;         // optional [ceil(tokens / 8)][HV] (for dA_log)
   const void* beta;
   int beta_dt, beta_mode;
   void* dbeta;       // optional output
@@ -190,19 +193,26 @@ struct FinishGB {
   int has_g;
   GateArgs ga;
   // simple GLA: g_gamma [HV] (gate = floor(g + g_gamma)) and, when its gradient is asked for, the
-  // per-token rows [tokens][HV] of dL/dg_gamma for the column sum (dgg_rows, null otherwise)
+  // rows [ceil(tokens / 8)][HV] of dL/dg_gamma for the column sum (dgg_rows, null otherwise)
   const void* g_gamma = nullptr;
   int gg_dt = 2;
   float* dgg_rows = nullptr;
 };
 
-__global__ void finish_gb_kernel(const FinishGB p) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= p.tokens * p.HV) return;
-  const int hv = static_cast<int>(row % p.HV);
+__global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishGB p) {
+  __shared__ float part[kGbTokens][kMaxKPerLane * 32 + 1];  // this block's rows: d(raw g), then da
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int hv = blockIdx.y;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kGbTokens + warp;
+  const bool live = token < p.tokens;
+  const int64_t row = token * p.HV + hv;
   const int K = p.K;
-  if (p.has_g || p.g_gamma) {
+  const int64_t prow = static_cast<int64_t>(blockIdx.x) * p.HV + hv;  // the block's partial row
+  const bool sums = p.draw || p.da || p.dgg_rows;
+  float d_row[kMaxKPerLane], da_row = 0.f;  // this warp's contributions (0 past the last token)
+#pragma unroll
+  for (int m = 0; m < kMaxKPerLane; ++m) d_row[m] = 0.f;
+  if (live && (p.has_g || p.g_gamma)) {
     float dgv[kMaxKPerLane];
     float dsum = 0.f;
 #pragma unroll
@@ -232,7 +242,7 @@ __global__ void finish_gb_kernel(const FinishGB p) {
         if (c < K) {
           const float d = gate_bwd(ga, raw[m], dtb[m], alog, dgv[m], &da);
           if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
-          if (p.draw) p.draw[row * K + c] = d;
+          d_row[m] = d;
         }
       }
       da = warp_sum(da);
@@ -244,13 +254,34 @@ __global__ void finish_gb_kernel(const FinishGB p) {
       const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da, gamma);
       if (lane == 0) {
         if (p.dg) stf(p.dg, p.g_dt, row, d);
-        if (p.draw) p.draw[row] = d;
-        if (p.dgg_rows) p.dgg_rows[row] = d;  // g_gamma enters every token's gate like g
+        d_row[0] = d;  // for ddt_bias and for dg_gamma (g_gamma enters every token's gate like g)
       }
     }
-    if (p.da && lane == 0) p.da[row] = da;
+    da_row = da;  // lane 0's (the scalar gate: every lane computed the same)
   }
-  if (p.dbeta && lane == 0) {
+  if (sums) {  // the block's 8 rows summed in warp order: its partial row
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) part[warp][lane + 32 * m] = d_row[m];
+    __syncthreads();
+    const int KG = p.KG;
+    for (int c = threadIdx.x; c < KG; c += blockDim.x) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < kGbTokens; ++w) s += part[w][c];
+      if (p.draw) p.draw[prow * KG + c] = s;
+      if (p.dgg_rows) p.dgg_rows[prow] = s;  // KG = 1
+    }
+    __syncthreads();
+    if (lane == 0) part[warp][0] = da_row;
+    __syncthreads();
+    if (p.da && threadIdx.x == 0) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < kGbTokens; ++w) s += part[w][0];
+      p.da[prow] = s;
+    }
+  }
+  if (live && p.dbeta && lane == 0) {
     float s = 0.f;
     for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
@@ -876,6 +907,7 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
 
   const bool want_dtb = out.ddt_bias.present() && p.has_g;
   const bool want_da = out.dA_log.present() && p.has_g;
+  const int64_t gb_rows = (tokens + kGbTokens - 1) / kGbTokens;  // finish_gb's partial rows
   FinishGB fg{};
   fg.pg = pg;
   fg.pb = pb;
@@ -902,7 +934,8 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   fg.dgg_rows = want_dgg ? da : nullptr;
   if (timer) timer->mark("finish_gb", st);
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
-    finish_gb_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(fg);
+    finish_gb_kernel<<<dim3(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV)),
+                       32 * kGbTokens, 0, st>>>(fg);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
   if (timer) timer->mark("colsum", st);
@@ -911,19 +944,19 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   float* scratch = pq;
   if (out.ddt_bias.present()) {
     const int C = static_cast<int>(p.HV * KG);
-    if ((e = colsum(fg.draw, want_dtb ? tokens : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=
+    if ((e = colsum(fg.draw, want_dtb ? gb_rows : 0, C, scratch, out.ddt_bias.data, dtype_code(out.ddt_bias.dtype), st)) !=
         cudaSuccess)
       return cuda_error("colsum launch", e);
   }
   if (out.dA_log.present()) {
     const int C = static_cast<int>(p.HV);
-    if ((e = colsum(fg.da, want_da ? tokens : 0, C, scratch, out.dA_log.data, dtype_code(out.dA_log.dtype), st)) !=
+    if ((e = colsum(fg.da, want_da ? gb_rows : 0, C, scratch, out.dA_log.data, dtype_code(out.dA_log.dtype), st)) !=
         cudaSuccess)
       return cuda_error("colsum launch", e);
   }
   if (out.dg_gamma.present()) {
     const int C = static_cast<int>(p.HV);
-    if ((e = colsum(da, want_dgg ? tokens : 0, C, scratch, out.dg_gamma.data, dtype_code(out.dg_gamma.dtype), st)) !=
+    if ((e = colsum(da, want_dgg ? gb_rows : 0, C, scratch, out.dg_gamma.data, dtype_code(out.dg_gamma.dtype), st)) !=
         cudaSuccess)
       return cuda_error("colsum launch (dg_gamma)", e);
   }

@@ -103,7 +103,8 @@ cudaError_t launch_token_bwd(const TokenParams& p, cudaStream_t s);
 //           dS tile in float32 registers: stores dh[c] = dL/dS after chunk c (float32) and
 //           dN = dL/dV_new (compute type); dh0 at the end.
 //   pass 2  wy_kernel: one CTA per (chunk, value head): dv (final) and this value head's
-//           float32 partials dq, dk, dg, dβ (NS = 1) for the finish kernels.
+//           float32 partials dq, dk (NS = 1) for the finish kernels, dβ, and dg (or, for an
+//           in-kernel gate or g_gamma, its partial for finish_gb): WyParams::dg_direct.
 
 struct DhParams {
   const void *Aqk, *KgT, *Qg, *W;  // compute type, per (chunk, hv) block

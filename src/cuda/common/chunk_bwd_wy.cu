@@ -345,8 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 //    - per element: dK⁺ = β (dX ⊙ E + Z), dK⁻ += F ⊙ (N dS⁺ᵀ), dβ += k·(dX⊙E + Z),
 //      dγ = q⊙dq + k⊙(dK⁺ − dK⁻) (seed 001), plus the chunk-end term on the last row
 //      e^{γ_C} ⊙ rowsum(S⊙dS⁺) + Σ_i k_i ⊙ F_i ⊙ (N dS⁺ᵀ)_i; reverse cumsum → dg.
-//    Writes this value head's float32 partials dq, dk (w.r.t. the normalised q, k), dg, dβ for
-//    the finish kernels (NS = 1).
+//    Writes this value head's float32 partials dq, dk (w.r.t. the normalised q, k) for the finish
+//    kernels (NS = 1), dβ, and dg (the identity gate transform) or its partial (WyParams::dg_direct).
 // exp(x) as one MUFU.EX2 with denormals flushed (x <= 0 here: decays; a flushed result is 0).
 __device__ __forceinline__ float exp_ftz(float x) {
   float y;

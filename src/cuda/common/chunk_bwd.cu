@@ -285,10 +285,7 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
     float s = 0.f;
     for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * p.HV + row];
     float der = 1.f;
-    if (p.beta_mode != 0) {
-      const float sg = gate::sigmoid_precise(kern::load_any(p.beta, p.beta_dt, row));
-      der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
-    }
+    if (p.beta_mode != 0) der = gate::beta_sigmoid_grad(p.beta_mode, kern::load_any(p.beta, p.beta_dt, row));
     stf(p.dbeta, p.beta_dt, row, s * der);
   }
 }

@@ -465,7 +465,7 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
     if (p.dg && tid < Lc) {
       const int64_t r = static_cast<int64_t>(t0 + tid) * p.HV + hv;
       const float raw = load_any(p.gate.g, p.gate.g_dt, r), d = dgt[tid];
-      stf(p.dg, p.dg_dt, r, (raw <= gate::kFloor || d == 0.f) ? 0.f : d);
+      stf(p.dg, p.dg_dt, r, gate::identity_bwd(raw <= gate::kFloor, d));
     }
     return;
   }
@@ -1113,7 +1113,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
               const int i = 16 * seg + m;
               run += dgs[i * ldg + cc];
               if (i < Lc)
-                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, ((fl >> m) & 1u) || run == 0.f ? 0.f : run);
+                stf(p.dg, p.dg_dt, gofs + static_cast<int64_t>(i) * HV * K, gate::identity_bwd((fl >> m) & 1u, run));
             }
           }
         } else {
@@ -1144,10 +1144,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     const int64_t r = static_cast<int64_t>(t0 + tid) * HV + hv;
     if (p.dbeta) {  // through the sigmoid as finish_gb would (β's dtype)
       float der = 1.f;
-      if (p.beta_mode != 0) {
-        const float sg = gate::sigmoid_precise(load_any(p.beta, p.beta_dt, r));
-        der = (p.beta_mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
-      }
+      if (p.beta_mode != 0) der = gate::beta_sigmoid_grad(p.beta_mode, load_any(p.beta, p.beta_dt, r));
       stf(p.dbeta, p.beta_dt, r, dbacc[tid] * der);
     } else {
       p.pb[r] = dbacc[tid];

@@ -122,6 +122,15 @@ __device__ __forceinline__ float transform_raw(int kind, int has_alog, float low
     default: return raw;
   }
 }
+// The identity transform's backward: dL/dg, or exactly 0 on a floored gate (transform_bwd's
+// rule, for callers that know the floor from elsewhere).
+__device__ __forceinline__ float identity_bwd(bool floored, float dg) { return floored || dg == 0.f ? 0.f : dg; }
+// dβ's factor through β = scale · sigmoid(raw), scale 2 in mode 2, else 1 (mode 0, β as given,
+// has no factor: callers skip this and β's load).
+__device__ __forceinline__ float beta_sigmoid_grad(int mode, float raw) {
+  const float sg = sigmoid_precise(raw);
+  return (mode == 2 ? 2.f : 1.f) * sg * (1.f - sg);
+}
 // dL/draw given dL/dg; *da += dL/dA_log. A floored gate (or a zero dg) has gradient exactly 0,
 // whatever overflowing factors the transform's derivative holds. gamma: simple GLA's g_gamma, added
 // to the (identity-transformed) gate before the floor; 0 for the other families.

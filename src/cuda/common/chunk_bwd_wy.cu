@@ -7,6 +7,7 @@
 #include "cuda/common/gate.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/state_tile.cuh"
 #include "cuda/config/heuristics.hpp"
 
 namespace linattn::cuda::bwd {
@@ -17,10 +18,9 @@ using kern::cp_wait;
 using kern::from_f;
 using kern::kIs16;
 using kern::load_any;
-using kern::load_state;
 using kern::store2;
-using kern::store_state;
 using kern::to_f;
+using kern::WarpStateTile;
 using kern::zero_acc;
 
 constexpr int kThreads = 256;
@@ -137,43 +137,17 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
   T* dNt = reinterpret_cast<T*>(after_ds);                                  // -dNᵀ [VT][64]
   T* dO0 = reinterpret_cast<T*>(after_ds + Lay::dn_bytes);                  // dO (stages == 0)
 
-  constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
-  constexpr int WN = 8 / WM;
-  constexpr int MI = (K / 16) / WM;
-  constexpr int NI = (VT / 8) / WN;
-  const int sm0 = (warp % WM) * 16 * MI, sn0 = (warp / WM) * 8 * NI;
+  using Tile = WarpStateTile<K, VT>;
+  constexpr int MI = Tile::MI, NI = Tile::NI;
+  const Tile tile(warp, lane);
+  const int sm0 = tile.m0, sn0 = tile.n0;
   constexpr int NT = VT / 16;
   const int tm0 = (warp & 3) * 16, tn0 = (warp >> 2) * (VT / 2);
 
   const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
-  auto sidx = [&](int kk, int vv) -> int64_t {
-    return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
-  };
-
   float D[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-        D[mi][ni][e] = p.dht ? load_state(p.dht, p.dht_dt, state_base + sidx(kk, vv)) : 0.f;
-      }
-  auto write_ds = [&]() {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = sn0 + 8 * ni + 2 * t + (e & 1);
-          const T hi = from_f<T>(D[mi][ni][e]);
-          dSt[vv * Lay::lds + kk] = hi;
-          if (split) dStlo[vv * Lay::lds + kk] = from_f<T>(D[mi][ni][e] - to_f(hi));
-        }
-  };
-  write_ds();
+  tile.load(D, p.dht, p.dht_dt, state_base, V, p.v_first, v0);
+  tile.stage_transposed(D, dSt, Lay::lds, split, dStlo);
 
   const T* Ag = static_cast<const T*>(p.Aqk);
   const T* KTg = static_cast<const T*>(p.KgT);
@@ -300,32 +274,14 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
     }
     __syncthreads();
     // dS = e^{γ_C} dS⁺ + Qgᵀ dO + Wᵀ (−dN)
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const float d0 = gex[sm0 + 16 * mi + g], d1 = gex[sm0 + 16 * mi + g + 8];
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        D[mi][ni][0] *= d0; D[mi][ni][1] *= d0;
-        D[mi][ni][2] *= d1; D[mi][ni][3] *= d1;
-      }
-    }
+    tile.decay(D, gex);
     mma_op<T, MI, NI, true, true>(D, pQ, lQ, pO, Lay::ldo, sm0, sn0, 0, kC);
     if (p.delta) mma_op<T, MI, NI, true, false>(D, pW, lW, dNt, Lay::ldn, sm0, sn0, 0, kC);
     __syncthreads();
-    write_ds();
+    tile.stage_transposed(D, dSt, Lay::lds, split, dStlo);
   }
 
-  if (p.dh0) {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-          store_state(p.dh0, p.dh0_dt, state_base + sidx(kk, vv), D[mi][ni][e]);
-        }
-  }
+  if (p.dh0) tile.store(D, p.dh0, p.dh0_dt, state_base, V, p.v_first, v0);
 }
 
 // ================================================================ pass 2

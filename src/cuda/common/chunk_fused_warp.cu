@@ -89,9 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   auto pair_sync = [&]() { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + grp) : "memory"); };
 
   const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
-  auto sidx = [&](int kk, int vv) -> int64_t {
-    return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
-  };
+  auto sidx = [&](int kk, int vv) { return state_index<K>(V, p.v_first, kk, vv); };
   // element e of C fragment (mk, ni): state row, column (absolute)
   auto srow = [&](int mk, int e) { return kr0 + 16 * mk + g + (e >= 2 ? 8 : 0); };
   auto scol = [&](int ni, int e) { return v0 + wc0 + 8 * ni + 2 * t + (e & 1); };

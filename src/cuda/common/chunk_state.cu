@@ -7,6 +7,7 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/state_tile.cuh"
 #include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
@@ -95,43 +96,18 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
   T* Vs = reinterpret_cast<T*>(fixed + VT * Lay::lds * Lay::es);        // V_new^T [VT][64]
   T* Vslo = Vs + VT * Lay::ldv;                                         // its low half (split)
 
-  // state tile layout over warps: WM x WN warps, each MI x NI m16n8 tiles
-  constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
-  constexpr int WN = 8 / WM;
-  constexpr int MI = (K / 16) / WM;
-  constexpr int NI = (VT / 8) / WN;
-  const int sm0 = (warp % WM) * 16 * MI, sn0 = (warp / WM) * 8 * NI;
+  using Tile = WarpStateTile<K, VT>;
+  constexpr int MI = Tile::MI, NI = Tile::NI;
+  const Tile tile(warp, lane);
+  const int sm0 = tile.m0, sn0 = tile.n0;
   // V_new = U - W S: 4 x 2 warps, tiles 16 x (VT/2)
   constexpr int NT = VT / 16;
   const int tm0 = (warp & 3) * 16, tn0 = (warp >> 2) * (VT / 2);
 
   const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
-  auto sidx = [&](int kk, int vv) -> int64_t {
-    return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
-  };
-
   float S[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-        S[mi][ni][e] = p.h0 ? load_state(p.h0, p.h0_dt, state_base + sidx(kk, vv)) : 0.f;
-      }
-  auto write_ss = [&]() {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = sn0 + 8 * ni + 2 * t + (e & 1);
-          Ss[vv * Lay::lds + kk] = from_f<T>(S[mi][ni][e]);
-        }
-  };
-  write_ss();
+  tile.load(S, p.h0, p.h0_dt, state_base, V, p.v_first, v0);
+  tile.stage_transposed(S, Ss, Lay::lds);
 
   const T* Wg = static_cast<const T*>(p.W);
   const T* Ug = static_cast<const T*>(p.U);
@@ -172,18 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     if (stages == 2 && ci + 1 < nch) issue(ci + 1);
 
     // the state before chunk c: h (float32/64, asked for), hs (compute type, for the output kernel)
-    if (p.h) {
-      const int64_t hb = blk * K * V;
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-            store_state(p.h, p.h_dt, hb + sidx(kk, vv), S[mi][ni][e]);
-          }
-    }
+    if (p.h) tile.store(S, p.h, p.h_dt, blk * K * V, V, p.v_first, v0);
     if (p.hs) {
       constexpr int per = 16 / sizeof(T), ppr = K / per;
       T* hb = static_cast<T*>(p.hs) + (blk * V + v0) * K;
@@ -252,32 +217,14 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
     }
     __syncthreads();
     // S = exp(γ_C) S + KgT V_new; Ss for the next chunk (its readers are past the barrier above)
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const float d0 = gex[sm0 + 16 * mi + g], d1 = gex[sm0 + 16 * mi + g + 8];
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        S[mi][ni][0] *= d0; S[mi][ni][1] *= d0;
-        S[mi][ni][2] *= d1; S[mi][ni][3] *= d1;
-      }
-    }
+    tile.decay(S, gex);
     if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
     else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
     if (split) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vslo, Lay::ldv, sm0, sn0, 0, kC);
-    write_ss();
+    tile.stage_transposed(S, Ss, Lay::lds);
   }
 
-  if (p.ht) {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-          store_state(p.ht, p.ht_dt, state_base + sidx(kk, vv), S[mi][ni][e]);
-        }
-  }
+  if (p.ht) tile.store(S, p.ht, p.ht_dt, state_base, V, p.v_first, v0);
 }
 
 // O = Qg S_c + Aqk V_new for one (chunk, V tile of 64, value head); warp w: rows 16w..16w+15.
@@ -383,43 +330,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   const bool rows = kIs16<T> && stages > 0 && p.q_raw != nullptr;
   const int hk = hv / p.G;
 
-  // state tile layout over warps: WM x WN warps, each MI x NI m16n8 tiles
-  constexpr int WM = (K / 16) < 8 ? (K / 16) : 8;
-  constexpr int WN = 8 / WM;
-  constexpr int MI = (K / 16) / WM;
-  constexpr int NI = (VT / 8) / WN;
-  const int sm0 = (warp % WM) * 16 * MI, sn0 = (warp / WM) * 8 * NI;
+  using Tile = WarpStateTile<K, VT>;
+  constexpr int MI = Tile::MI, NI = Tile::NI;
+  const Tile tile(warp, lane);
+  const int sm0 = tile.m0, sn0 = tile.n0;
   // token-side products: 4 x 2 warps, tiles 16 x (VT/2)
   constexpr int NT = VT / 16;
   const int tm0 = (warp & 3) * 16, tn0 = (warp >> 2) * (VT / 2);
 
   const int64_t state_base = (static_cast<int64_t>(n) * HV + hv) * K * V;
-  auto sidx = [&](int kk, int vv) -> int64_t {
-    return p.v_first ? static_cast<int64_t>(vv) * K + kk : static_cast<int64_t>(kk) * V + vv;
-  };
-
   float S[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-        S[mi][ni][e] = p.h0 ? load_state(p.h0, p.h0_dt, state_base + sidx(kk, vv)) : 0.f;
-      }
-  auto write_ss = [&]() {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = sn0 + 8 * ni + 2 * t + (e & 1);
-          Ss[vv * Lay::lds + kk] = from_f<T>(S[mi][ni][e]);
-        }
-  };
-  write_ss();
+  tile.load(S, p.h0, p.h0_dt, state_base, V, p.v_first, v0);
+  tile.stage_transposed(S, Ss, Lay::lds);
 
   const T* Wg = static_cast<const T*>(p.W);
   const T* Ug = static_cast<const T*>(p.U);
@@ -462,18 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
     const int Lc = min(kC, si.len - ci * kC);
     const int64_t blk = static_cast<int64_t>(c) * HV + hv;
 
-    if (p.h) {  // state before chunk c
-      const int64_t hb = (static_cast<int64_t>(c) * HV + hv) * K * V;
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-            store_state(p.h, p.h_dt, hb + sidx(kk, vv), S[mi][ni][e]);
-          }
-    }
+    if (p.h) tile.store(S, p.h, p.h_dt, (static_cast<int64_t>(c) * HV + hv) * K * V, V, p.v_first, v0);  // state before chunk c
 
     // operand views for this chunk
     RowOp<T> Wop, Qop, KTop, Aop, Uop;
@@ -563,33 +474,15 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
         }
     }
     // S = exp(γ_C) S + KgT V_new
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const float d0 = gex[sm0 + 16 * mi + g], d1 = gex[sm0 + 16 * mi + g + 8];
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        S[mi][ni][0] *= d0; S[mi][ni][1] *= d0;
-        S[mi][ni][2] *= d1; S[mi][ni][3] *= d1;
-      }
-    }
+    tile.decay(S, gex);
     if (rows) warp_mma_sm<T, MI, NI, true>(S, KTop.p, KTop.ld, Vk, Lay::ldv, sm0, sn0, 0, kC);  // kᵀ (f ⊙ V_new)
     else if (smem_ops) warp_mma_sm<T, MI, NI>(S, KTop.p, KTop.ld, Vs, Lay::ldv, sm0, sn0, 0, kC);
     else warp_mma<T, MI, NI>(S, KTop, Vop, sm0, sn0, 0, kC);
     __syncthreads();
-    write_ss();
+    tile.stage_transposed(S, Ss, Lay::lds);
   }
 
-  if (p.ht) {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = sm0 + 16 * mi + g + (e >= 2 ? 8 : 0), vv = v0 + sn0 + 8 * ni + 2 * t + (e & 1);
-          store_state(p.ht, p.ht_dt, state_base + sidx(kk, vv), S[mi][ni][e]);
-        }
-  }
+  if (p.ht) tile.store(S, p.ht, p.ht_dt, state_base, V, p.v_first, v0);
 }
 
 template <class T, int K, int VF>

@@ -322,5 +322,11 @@ __device__ __forceinline__ void store_state(void* p, int dt, int64_t i, float x)
 __device__ __forceinline__ float load_state(const void* p, int dt, int64_t i) {
   return dt == 3 ? static_cast<float>(static_cast<const double*>(p)[i]) : static_cast<const float*>(p)[i];
 }
+// Element (key channel ch, value column vv) of one [K][V] state, or [V][K] with v_first: the
+// index within a (sequence, head) state of h0, ht, h, dht, dh0.
+template <int K>
+__device__ __forceinline__ int64_t state_index(int V, int v_first, int ch, int vv) {
+  return v_first ? static_cast<int64_t>(vv) * K + ch : static_cast<int64_t>(ch) * V + vv;
+}
 
 }  // namespace linattn::cuda::kern

@@ -116,9 +116,6 @@ struct DhConsumer {
 
   __device__ int row_of(int i) const { return acc_row(warp, g, i); }
   __device__ int col_of(int i) const { return acc_col(t, i); }
-  __device__ static int64_t state_index(const bwd::DhParams& p, int ch, int vv) {
-    return wgmma_recurrence::state_index(p.V, p.v_first, ch, vv);
-  }
 
   // dSᵀ from dht (zero without it), columns v0.. of head hv of sequence n.
   __device__ __forceinline__ void init(const bwd::DhParams& p, int n, int hv, int v0, int tid_) {
@@ -131,14 +128,14 @@ struct DhConsumer {
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
     for (int i = 0; i < size(D); ++i)
-      D(i) = p.dht ? load_state(p.dht, p.dht_dt, base + state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
+      D(i) = p.dht ? load_state(p.dht, p.dht_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i))) : 0.f;
   }
   // dh0 = dS before the first chunk.
   __device__ __forceinline__ void store(const bwd::DhParams& p, int n, int hv, int v0) {
     if (!p.dh0) return;
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
-    for (int i = 0; i < size(D); ++i) store_state(p.dh0, p.dh0_dt, base + state_index(p, col_of(i), v0 + row_of(i)), D(i));
+    for (int i = 0; i < size(D); ++i) store_state(p.dh0, p.dh0_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i)), D(i));
   }
 
   // One chunk: dh (float32 [K][V], this CTA's columns at dhc) and dN as [64][V] rows at dn (the

@@ -98,7 +98,7 @@ struct RecurrenceConsumer {
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
     for (int i = 0; i < size(S); ++i)
-      S(i) = read_h0 && p.h0 ? load_state(p.h0, p.h0_dt, base + state_index(p, col_of(i), v0 + row_of(i))) : 0.f;
+      S(i) = read_h0 && p.h0 ? load_state(p.h0, p.h0_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i))) : 0.f;
   }
   // A transition tile (the sequence-split pass's M): Sᵀ = rows j0..j0+63 of the identity, so that
   // the pass carries columns j0.. of M with S_end = M S_start + C.
@@ -106,15 +106,12 @@ struct RecurrenceConsumer {
 #pragma unroll
     for (int i = 0; i < size(S); ++i) S(i) = col_of(i) == j0 + row_of(i) ? 1.f : 0.f;
   }
-  __device__ static int64_t state_index(const StateParams& p, int ch, int vv) {
-    return wgmma_recurrence::state_index(p.V, p.v_first, ch, vv);
-  }
   // The final state of sequence n.
   __device__ __forceinline__ void store(const StateParams& p, int n, int hv, int v0) {
     if (!p.ht) return;
     const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * p.V;
 #pragma unroll
-    for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + state_index(p, col_of(i), v0 + row_of(i)), S(i));
+    for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i)), S(i));
   }
   // The sequence-split pass: the end state of map entry n into columns col0.. of its transition
   // [K][V + K] ([K][V] without the delta rule; StateParams::trans).
@@ -129,7 +126,7 @@ struct RecurrenceConsumer {
   // from this CTA's column v0) and V_new's 64 rows at column v0 (row stride V), its low halves
   // where vnew_lo is set (the split form: then U's low half is staged too).
   struct RecomputeOut {
-    float* h;       // the state at (channel 0, column v0): + state_index(V, v_first, ch, column)
+    float* h;       // the state at (channel 0, column v0): + state_index<kK>(V, v_first, ch, column)
     T* vnew;        // row 0, column v0
     T* vnew_lo;     // null: not split
     T* hs;          // null, or the 16-bit state before the chunk at its row v0 ([V][K])
@@ -179,7 +176,7 @@ struct RecurrenceConsumer {
     if constexpr (OUT == PassOut::kRecompute) {  // S before this chunk, float32
       // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
       const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
-      float* hb = ro->h + wgmma_recurrence::state_index(ro->V, ro->v_first, 2 * t, 16 * warp + g);
+      float* hb = ro->h + kern::state_index<kK>(ro->V, ro->v_first, 2 * t, 16 * warp + g);
 #pragma unroll
       for (int i = 0; i < size(S); ++i) hb[(8 * (i >> 2) + (i & 1)) * hc + 8 * ((i >> 1) & 1) * hv] = S(i);
       if (ro->hs) {  // for the output kernel of a forward that saves these (disable_recompute)

@@ -220,10 +220,6 @@ __device__ __forceinline__ void fence_regs(Acc& a) {
 // of k-blocks of 16 has the same order (acc_to_a).
 __device__ __forceinline__ int acc_row(int warp, int g, int i) { return 16 * warp + g + 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
-// Element (channel ch, value column vv) of one [K][V] state ([V][K] with v_first), K = 128.
-__device__ __forceinline__ int64_t state_index(int V, int v_first, int ch, int vv) {
-  return v_first ? static_cast<int64_t>(vv) * kK + ch : static_cast<int64_t>(ch) * V + vv;
-}
 
 // The 8x8 16-bit matrix a warp holds as (row lane / 4, columns 2 (lane % 4), +1) pairs, transposed:
 // the lane then holds the same positions of the transpose (accumulator pairs to row-major stores

@@ -7,6 +7,7 @@
 #include "cuda/common/gate.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 #include "cuda/common/state_tile.cuh"
 #include "cuda/config/heuristics.hpp"
 
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
   using Lay = DhLayout<T, K, VT>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
+  const auto bc = kern::SequentialScheduler<VT>::block_coord();
+  const int v0 = bc.v0, hv = bc.hv, n = bc.n;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
@@ -464,7 +466,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   constexpr int ld = L::ld, ldg = L::ldg;
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
-  const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G;
+  const auto bc = kern::ChunkParallelScheduler<>::block_coord();
+  const int c = bc.c, hv = bc.hv, h = hv / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int mt = warp & 3, nh = warp >> 2, tm0 = 16 * mt, n0 = 32 * nh;
   const kern::ChunkInfo ci = p.chunks[c];
@@ -1113,7 +1116,7 @@ cudaError_t launch_dh_t(const DhParams& p, int smem, cudaStream_t s) {
   auto kernel = dh_kernel<T, K, VT, In>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.V / VT, p.HV, p.N);
+  const dim3 grid = kern::SequentialScheduler<VT>::grid_shape(p.V, p.HV, p.N);
   kernel<<<grid, kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }
@@ -1146,7 +1149,7 @@ cudaError_t launch_wy_t(const WyParams& p, cudaStream_t s) {
   const int smem = WyLayout<T>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.num_chunks, p.HV);
+  const dim3 grid = kern::ChunkParallelScheduler<>::grid_shape(p.num_chunks, p.HV);
   kernel<<<grid, kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }

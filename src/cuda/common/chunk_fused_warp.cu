@@ -15,6 +15,7 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 #include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
@@ -75,7 +76,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
   constexpr int NF = MT * NI;     // C fragments of a 64 x CPW tile
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
+  const auto bc = SequentialScheduler<VT>::block_coord();
+  const int v0 = bc.v0, hv = bc.hv, n = bc.n;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int grp = warp & 3, half = warp >> 2;
   const int wc0 = grp * CPW;   // the group's first column within the tile
@@ -340,7 +342,7 @@ cudaError_t launch_vt(const StateParams& p, cudaStream_t s) {
   constexpr int smem = WarpLayout<T, K, VT>::total;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.V / VT, p.HV, p.N);
+  const dim3 grid = SequentialScheduler<VT>::grid_shape(p.V, p.HV, p.N);
   kernel<<<grid, kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }

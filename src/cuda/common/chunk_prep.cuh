@@ -11,6 +11,7 @@
 #include "cuda/common/copy.cuh"
 #include "cuda/common/prep_gate.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 #include "cuda/common/tri_inverse.cuh"
 #include "cuda/config/limits.hpp"
 
@@ -62,7 +63,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   constexpr bool kSame = std::is_same_v<In, T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
-  const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G;
+  const auto bc = ChunkParallelScheduler<>::block_coord();
+  const int c = bc.c, hv = bc.hv, h = hv / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const ChunkInfo ci = p.chunks[c];
   const int t0 = ci.t0, Lc = ci.len;
@@ -852,7 +854,7 @@ cudaError_t launch_prep_t(const PrepParams& p, int smem, cudaStream_t s) {
   auto kernel = chunk_prep_kernel<T, VEC, DELTA, In>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.num_chunks, p.HV);
+  const dim3 grid = ChunkParallelScheduler<>::grid_shape(p.num_chunks, p.HV);
   kernel<<<grid, kPrepThreads, smem, s>>>(p);
   return cudaGetLastError();
 }

@@ -7,6 +7,7 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 #include "cuda/common/state_tile.cuh"
 #include "cuda/config/limits.hpp"
 
@@ -83,7 +84,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const StatePar
   using Lay = StateLayout<T, K, VT>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
+  const auto bc = SequentialScheduler<VT>::block_coord();
+  const int v0 = bc.v0, hv = bc.hv, n = bc.n;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
@@ -233,7 +235,8 @@ __global__ void __launch_bounds__(kOutThreads) chunk_out_kernel(const StateParam
   using Lay = OutLayout<T, K>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV, nvt = V / kVO;
-  const int c = blockIdx.x / nvt, v0 = (blockIdx.x - c * nvt) * kVO, hv = blockIdx.y;
+  const auto bc = ChunkParallelScheduler<kVO>::block_coord(V);
+  const int c = bc.c, v0 = bc.v0, hv = bc.hv;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const ChunkInfo ci = p.chunks[c];
   const int64_t blk = static_cast<int64_t>(c) * HV + hv;
@@ -314,7 +317,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   using Lay = FusedLayout<T, K, VT>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int V = p.V, HV = p.HV;
-  const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
+  const auto bc = SequentialScheduler<VT>::block_coord();
+  const int v0 = bc.v0, hv = bc.hv, n = bc.n;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const SeqInfo si = p.seqs[n];
   const int nch = (si.len + kC - 1) / kC;
@@ -490,7 +494,7 @@ cudaError_t launch_fused(const StateParams& p, int smem, cudaStream_t s) {
   auto kernel = chunk_fused_kernel<T, K, VF>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(p.V / VF, p.HV, p.N);
+  const dim3 grid = SequentialScheduler<VF>::grid_shape(p.V, p.HV, p.N);
   kernel<<<grid, kThreads, smem, s>>>(p);
   return cudaGetLastError();
 }
@@ -510,7 +514,7 @@ cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s, bool wgmma_
     auto kernel = chunk_state_kernel<T, K, kVT>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.V / kVT, p.HV, p.N);
+    const dim3 grid = SequentialScheduler<kVT>::grid_shape(p.V, p.HV, p.N);
     kernel<<<grid, kThreads, smem, s>>>(p);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -521,7 +525,7 @@ cudaError_t launch_t(const StateParams& p, int smem, cudaStream_t s, bool wgmma_
     constexpr int osmem = OutLayout<T, K>::total;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, osmem);
     if (e != cudaSuccess) return e;
-    dim3 grid(static_cast<unsigned>(p.num_chunks) * static_cast<unsigned>(p.V / kVO), p.HV);
+    const dim3 grid = ChunkParallelScheduler<kVO>::grid_shape(p.num_chunks, p.HV, p.V);
     kernel<<<grid, kOutThreads, osmem, s>>>(p);
     return cudaGetLastError();
   }

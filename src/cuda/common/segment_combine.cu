@@ -4,6 +4,7 @@
 // split is chosen only when the chains are), so the sequential walk over them is short.
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 
 namespace linattn::cuda::kern {
 namespace {
@@ -19,7 +20,8 @@ __device__ __forceinline__ int64_t state_off(const CombineParams& p, int ch, int
 
 __global__ void __launch_bounds__(kThreads) segment_combine_kernel(const CombineParams p) {
   __shared__ __align__(16) float S[kK][kCols];  // the current start state's tile
-  const int c0 = blockIdx.x * kCols, hv = blockIdx.y, n = blockIdx.z;
+  const auto bc = SequentialScheduler<kCols>::block_coord();
+  const int c0 = bc.v0, hv = bc.hv, n = bc.n;
   const int ch = threadIdx.x >> 1, cc = (threadIdx.x & 1) * kPerThread;
   // the first entry of sequence n (entries are in sequence order; every sequence has one)
   int lo = 0, hi = p.M - 1;
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) segment_combine_kernel(const Combine
 cudaError_t launch_segment_combine(const CombineParams& p, cudaStream_t s) {
   if (p.M <= 0 || p.N <= 0) return cudaSuccess;
   if (p.K != kK || p.V % kCols != 0) return cudaErrorInvalidValue;
-  segment_combine_kernel<<<dim3(p.V / kCols, p.HV, p.N), kThreads, 0, s>>>(p);
+  segment_combine_kernel<<<SequentialScheduler<kCols>::grid_shape(p.V, p.HV, p.N), kThreads, 0, s>>>(p);
   return cudaGetLastError();
 }
 

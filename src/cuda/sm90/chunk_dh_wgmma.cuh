@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
 template <class T, bool DELTA, DhForm FORM, int STAGES>
 cudaError_t launch_dh(const bwd::DhParams& p, cudaStream_t s) {
   return launch_with_smem(chunk_dh_wgmma_kernel<T, DELTA, FORM, STAGES>,
-                          smem_bytes_of<DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>>(), dim3(p.V / kVT, p.HV, p.N),
+                          smem_bytes_of<DhSmem<typename Atoms<T>::E, DELTA, FORM, STAGES>>(), SequentialScheduler<kVT>::grid_shape(p.V, p.HV, p.N),
                           2 * kThreads, p, s);
 }
 

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_del
   using E = typename Producer::E;
   extern __shared__ unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<PrepWgmmaSmem<E, DELTA>*>(smem_base_1024(smem_raw));
-  const int c = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
+  const auto bc = ChunkParallelScheduler<>::block_coord();
+  const int c = bc.c, hv = bc.hv, tid = threadIdx.x;
   const ChunkInfo ci = p.chunks[c];
   const int V = p.V;
   Producer prod(p, sm.sc, tid, hv, 0);

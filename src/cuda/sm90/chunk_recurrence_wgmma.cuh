@@ -24,7 +24,7 @@ struct alignas(1024) RecurrenceSmem {
 // shared memory: the attribute, then the launch over (num_chunks, HV).
 template <class Kernel>
 cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cudaStream_t s) {
-  return launch_with_smem(kernel, smem, dim3(p.num_chunks, p.HV), kThreads, p, s);
+  return launch_with_smem(kernel, smem, ChunkParallelScheduler<>::grid_shape(p.num_chunks, p.HV), kThreads, p, s);
 }
 
 // One CTA per (map entry n, value head, V tile). The map is the sequence map, or the sequence-split
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
-  const dim3 grid((TRANS && DELTA ? p.V + kK : p.V) / kVT, p.HV, p.N);
+  const dim3 grid = SequentialScheduler<kVT>::grid_shape(TRANS && DELTA ? p.V + kK : p.V, p.HV, p.N);
   return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>,
                           smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>(), grid, 2 * kThreads,
                           p, s);

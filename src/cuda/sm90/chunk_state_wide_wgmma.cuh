@@ -185,7 +185,7 @@ template <bool DELTA>
 cudaError_t launch_state_wide(const StateParams& p, cudaStream_t s) {
   constexpr int kStages = 2;
   return launch_with_smem(chunk_state_wide_wgmma_kernel<DELTA, kStages>, smem_bytes_of<WideStateSmem<DELTA, kStages>>(),
-                          dim3(p.V / kVT, p.HV, p.N), 2 * kThreads, p, s);
+                          SequentialScheduler<kVT>::grid_shape(p.V, p.HV, p.N), 2 * kThreads, p, s);
 }
 
 }  // namespace wgmma_recurrence

@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
                 "T's blocks and three warps' X, then the v tiles, fit γ's buffer");
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
-  const int c = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
+  const auto bc = ChunkParallelScheduler<>::block_coord();
+  const int c = bc.c, hv = bc.hv, tid = threadIdx.x;
   const int w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const ChunkInfo ci = p.chunks[c];
   const int t0 = ci.t0, Lc = ci.len, V = p.V, HV = p.HV;

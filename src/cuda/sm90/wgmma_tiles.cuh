@@ -17,6 +17,7 @@
 #include "cuda/common/chunk_map_host.hpp"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/scheduler.cuh"
 #include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
@@ -176,9 +177,10 @@ struct ChainTile {
   int nch;
   __device__ __forceinline__ static ChainTile get(const SeqInfo* seqs) {
     ChainTile c;
-    c.v0 = blockIdx.x * kVT;
-    c.hv = blockIdx.y;
-    c.n = blockIdx.z;
+    const auto bc = SequentialScheduler<kVT>::block_coord();
+    c.v0 = bc.v0;
+    c.hv = bc.hv;
+    c.n = bc.n;
     c.wg = threadIdx.x / kThreads;
     c.tid = threadIdx.x % kThreads;
     c.si = seqs[c.n];

@@ -6,7 +6,8 @@
 // The 8 warps form WM x WN; warp w holds MI x NI m16n8 accumulator tiles (mma.cuh's C fragment
 // order: acc[mi][ni][e] is row m0 + 16 mi + g (+8 for e >= 2), column n0 + 8 ni + 2 t + (e & 1)).
 // The Hopper kernels keep theirs as wgmma accumulators (sm90/recurrence_consumer.cuh); both use
-// state_index (mma.cuh) for the tensors.
+// state_index (mma.cuh) for the tensors. Each member writes its loops out: one element visitor with
+// lambdas compiled chunk_fused_kernel and dh_kernel to other SASS (scripts/sass_compare.py).
 #pragma once
 
 #include <cstdint>

@@ -190,6 +190,7 @@ struct FinishGB {
   void* dbeta;       // optional output
   int64_t tokens;
   int HV, K, KG, NS;
+  int pg_ld;  // floats per pg row (Partials::pg_ld): K, or 1 (KG = 1 only)
   int has_g;
   GateArgs ga;
   // simple GLA: g_gamma [HV] (gate = floor(g + g_gamma)) and, when its gradient is asked for, the
@@ -217,11 +218,12 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
     float dsum = 0.f;
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dgv[m] = 0.f;
+    const int ld = p.pg_ld;
     for (int s = 0; s < p.NS; ++s) {  // channels innermost: the warp's loads in flight together
-      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
+      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * ld;
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m)
-        if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
+        if (lane + 32 * m < ld) dgv[m] += src[lane + 32 * m];
     }
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
@@ -236,15 +238,26 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
         raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
         dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
       }
+      // the head's gate decided once (one branch a warp), the element loop without branches
+      gate::HeadGate hg;
+      hg.kind = ga.kind;
+      hg.has_alog = ga.kind != 0 && ga.has_alog;
+      hg.alog = alog;
+      hg.ea = expf(alog);
+      hg.lower_bound = ga.lower_bound;
+      hg.gamma = 0.f;
+      gate::with_head_gate(hg, [&](auto kind, auto regular) {
 #pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) {
-        const int c = lane + 32 * m;
-        if (c < K) {
-          const float d = gate_bwd(ga, raw[m], dtb[m], alog, dgv[m], &da);
-          if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
-          d_row[m] = d;
+        for (int m = 0; m < kMaxKPerLane; ++m) {
+          const int c = lane + 32 * m;
+          if (c < K) {
+            const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value>(hg, raw[m], dtb[m],
+                                                                                              dgv[m], &da);
+            if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
+            d_row[m] = d;
+          }
         }
-      }
+      });
       da = warp_sum(da);
     } else {
       dsum = warp_sum(dsum);
@@ -447,7 +460,7 @@ struct ChunkPlan {
     std::size_t r = reuse;
     pq = r; r = align_up(r + T * p.HV * K * 4);
     pk = r; r = align_up(r + T * p.HV * K * 4);
-    pg = r; r = align_up(r + T * p.HV * K * 4);
+    pg = r; r = align_up(r + T * p.HV * KG * 4);  // one float a row with the scalar gate
     pb = r; r = align_up(r + T * p.HV * 4);
     o = std::max(o, r);
     dY = o; o = align_up(o + nb * kC * V * es);
@@ -646,6 +659,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
 struct Partials {
   float *pq = nullptr, *pk = nullptr, *pg = nullptr, *pb = nullptr, *draw = nullptr, *da = nullptr;
   int NS = 1, KG = 1;
+  // floats per pg row: K, or 1 where pass 2 writes the scalar gate's dg_t alone (the token replay
+  // writes a scalar gate's per-channel terms, summed by finish_gb)
+  int pg_ld = 1;
   // dg / dβ already written by the chunked pass 2 (WyParams::dg_direct, dbeta): finish_gb skips them
   bool dg_written = false, dbeta_written = false;
 };
@@ -666,6 +682,7 @@ Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, cons
   const Plan pl(p);
   NS = pl.NS;
   KG = pl.KG;
+  parts->pg_ld = static_cast<int>(p.K);
   if ((e = build_maps(p, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
   float* qn = reinterpret_cast<float*>(base + pl.qn);
   float* kn = reinterpret_cast<float*>(base + pl.kn);
@@ -741,6 +758,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   int& KG = parts->KG;  // NS stays 1: no V splits
   const ChunkPlan pl(p, compute, from_saved);
   KG = pl.KG;
+  parts->pg_ld = pl.KG;
   if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
     return cuda_error("chunk map launch", e);
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
@@ -921,6 +939,7 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   fg.HV = static_cast<int>(p.HV);
   fg.K = static_cast<int>(p.K);
   fg.KG = KG;
+  fg.pg_ld = parts.pg_ld;
   fg.NS = NS;
   fg.has_g = p.has_g ? 1 : 0;
   fg.ga = ga;

@@ -160,7 +160,7 @@ struct WyParams {
   void* dY;          // scratch [blocks][64][V]
   void* dv;          // output [tokens][HV][V]
   int dv_dt;         // dv's dtype code: the compute type's, or 0 / 1 with a float32 compute type
-  float *pq, *pk, *pg, *pb;  // partials [tokens][HV][K] (pb [tokens][HV])
+  float *pq, *pk, *pg, *pb;  // partials [tokens][HV][K] (pg [tokens][HV] with the scalar gate; pb [tokens][HV])
   int num_chunks, H, HV, G, K, V;
   float scale;
   int l2norm;

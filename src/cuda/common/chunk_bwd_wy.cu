@@ -365,7 +365,7 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
 //   dg_t = Σ_c e^{γ_L} rowsum(S ⊙ dS⁺) + Σ_{j<t} ct_j + Σ_{i≥t} rt_i + Σ_{j<t≤i} X_ij
 //   X_ij = Γ_ij (A1_ij ⟨q̂_i, k̂_j⟩ + β_i dM_ij ⟨k̂_i, k̂_j⟩)  (j < i; the pairs of the decayed products)
 // rt, ct, cacc were gathered over the K tiles (the V-side products); the Gram matrices are formed
-// here over K. Writes dg_t into channel 0 of pg's row (zeros elsewhere), which finish_gb sums.
+// here over K. Writes dg_t as pg's row for (token, value head) ([tokens][HV]), which finish_gb reads.
 template <class T, int ld, int ldg, class In>
 __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, const T* dMs, T* qs, T* ks,
                                                const In* qbase, const In* kbase, int64_t qk_row, const float* gsc,
@@ -427,13 +427,8 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
     }
     return;
   }
-  const int K = p.K;
-  const int64_t rs = static_cast<int64_t>(p.HV) * K;
-  float* pgo = p.pg + (static_cast<int64_t>(t0) * p.HV + hv) * K;
-  for (int e = tid; e < Lc * K; e += kThreads) {
-    const int i = e / K, c = e - i * K;
-    pgo[i * rs + c] = c == 0 ? dgt[i] : 0.f;
-  }
+  // pg's scalar-gate rows are one float a (token, value head): [tokens][HV] (Partials::pg_ld = 1)
+  if (tid < Lc) p.pg[static_cast<int64_t>(t0 + tid) * p.HV + hv] = dgt[tid];
 }
 
 template <class T>

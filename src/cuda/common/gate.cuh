@@ -122,6 +122,8 @@ __device__ __forceinline__ float transform_raw(int kind, int has_alog, float low
     default: return raw;
   }
 }
+// sigmoid_precise(x) given e = expf(-|x|), bit for bit (each branch there takes exactly this exp).
+__device__ __forceinline__ float sigmoid_given_exp(float x, float e) { return x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e); }
 // The identity transform's backward: dL/dg, or exactly 0 on a floored gate (transform_bwd's
 // rule, for callers that know the floor from elsewhere).
 __device__ __forceinline__ float identity_bwd(bool floored, float dg) { return floored || dg == 0.f ? 0.f : dg; }
@@ -164,6 +166,41 @@ __device__ __forceinline__ float transform_bwd(int kind, int has_alog, float low
       return ds * ea;
     }
     default: return dg;
+  }
+}
+
+// transform_bwd for one head's gate (with_head_gate's KIND, REGULAR; h.gamma as its gamma), the
+// same values bit for bit. transform_bwd evaluates the forward transform and then its derivative
+// afresh, exp(A_log) included, for every element: here exp(A_log) comes from h and the one
+// expf(-|x|) serves softplus and sigmoid (the backward's finish kernel is bound by this
+// arithmetic, not by its bytes). REGULAR = false is transform_bwd itself.
+template <int KIND, bool REGULAR>
+__device__ __forceinline__ float head_gate_bwd(const HeadGate& h, float raw, float dtb, float dg, float* da) {
+  if constexpr (!REGULAR) {
+    return transform_bwd(h.kind, h.has_alog, h.lower_bound, raw, dtb, h.alog, dg, da, h.gamma);
+  } else if constexpr (KIND == 1) {
+    // ea finite and > 0: transform_bwd's regular branch, and its limit branch only where sp is
+    // inf (g = -inf: 0 before either) or NaN (NaN either way)
+    const float x = raw + dtb;
+    const float e = expf(-fabsf(x));
+    const float sp = fmaxf(x, 0.f) + log1pf(e);  // softplus_precise(x)
+    const float gr = -h.ea * sp;
+    if (gr + h.gamma <= kFloor || dg == 0.f) return 0.f;
+    *da += dg * gr;
+    return dg * (-h.ea * sigmoid_given_exp(x, e));
+  } else if constexpr (KIND == 2) {
+    const float x = raw + dtb;
+    const float z = h.has_alog ? h.ea * x : x;  // exp_times with ea finite
+    const float s = sigmoid_precise(z);
+    if (h.lower_bound * s + h.gamma <= kFloor || dg == 0.f) return 0.f;
+    if (!h.has_alog) return dg * h.lower_bound * s * (1.f - s);
+    const float sd = s * (1.f - s);
+    if (sd == 0.f) return 0.f;  // saturated: the exact derivative underflows too
+    const float ds = dg * h.lower_bound * sd;
+    *da += ds * z;  // dz/dA_log = z
+    return ds * h.ea;
+  } else {
+    return raw + h.gamma <= kFloor || dg == 0.f ? 0.f : dg;
   }
 }
 

@@ -47,10 +47,6 @@ struct GateArgs {
 __device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
   return gate::floor_gate(gate::transform_raw(ga.kind, ga.has_alog, ga.lower_bound, raw, dtb, alog));
 }
-__device__ __forceinline__ float gate_bwd(const GateArgs& ga, float raw, float dtb, float alog, float dg, float* da,
-                                          float gamma = 0.f) {
-  return gate::transform_bwd(ga.kind, ga.has_alog, ga.lower_bound, raw, dtb, alog, dg, da, gamma);
-}
 
 // ---- 1a. q̂, k̂ (float32, l2-normalised when asked): one warp per (token, q/k head)
 __global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, float* kn, int64_t rows, int K,
@@ -174,9 +170,13 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, c
 }
 
 // ---- 4b. dg (through the gate transform), dβ (through the sigmoid), and the dA_log / d(raw g)
-// contributions for the column sums, summed over each block's 8 tokens in warp order (the rows
-// the column sums read: an eighth of per-token ones). One warp per (token, value head), a block 8
-// consecutive tokens of one value head: grid (ceil(tokens / 8), HV).
+// contributions for the column sums, summed over each block of 8 tokens in token order (the rows
+// the column sums read: an eighth of per-token ones).
+// Vector gate (finish_gb_kernel): one warp per (token, value head), a CTA 8 consecutive tokens of
+// one value head: grid (ceil(tokens / 8), HV).
+// Scalar gate (finish_gb_scalar_kernel): one thread per (8-token block, value head), its 8
+// tokens in turn. (A warp per token, as the vector gate's, spent 0.3 ms at the reference shape on
+// 65 536 CTAs of one useful lane a warp.)
 constexpr int kGbTokens = 8;
 struct FinishGB {
   const float *pg, *pb;
@@ -209,80 +209,62 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
   const int64_t row = token * p.HV + hv;
   const int K = p.K;
   const int64_t prow = static_cast<int64_t>(blockIdx.x) * p.HV + hv;  // the block's partial row
-  const bool sums = p.draw || p.da || p.dgg_rows;
+  const bool sums = p.draw || p.da;
   float d_row[kMaxKPerLane], da_row = 0.f;  // this warp's contributions (0 past the last token)
 #pragma unroll
   for (int m = 0; m < kMaxKPerLane; ++m) d_row[m] = 0.f;
-  if (live && (p.has_g || p.g_gamma)) {
+  if (live && p.has_g) {
     float dgv[kMaxKPerLane];
-    float dsum = 0.f;
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) dgv[m] = 0.f;
-    const int ld = p.pg_ld;
     for (int s = 0; s < p.NS; ++s) {  // channels innermost: the warp's loads in flight together
-      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * ld;
+      const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m)
-        if (lane + 32 * m < ld) dgv[m] += src[lane + 32 * m];
+        if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
     }
-#pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) dsum += dgv[m];
     const GateArgs& ga = p.ga;
     const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
-    if (p.KG > 1) {
-      float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+    float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+#pragma unroll
+    for (int m = 0; m < kMaxKPerLane; ++m) {
+      const int c = lane + 32 * m;
+      raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
+      dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+    }
+    // the head's gate decided once (one branch a warp), the element loop without branches
+    gate::HeadGate hg;
+    hg.kind = ga.kind;
+    hg.has_alog = ga.kind != 0 && ga.has_alog;
+    hg.alog = alog;
+    hg.ea = expf(alog);
+    hg.lower_bound = ga.lower_bound;
+    hg.gamma = 0.f;
+    gate::with_head_gate(hg, [&](auto kind, auto regular) {
 #pragma unroll
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
-        raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
-        dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-      }
-      // the head's gate decided once (one branch a warp), the element loop without branches
-      gate::HeadGate hg;
-      hg.kind = ga.kind;
-      hg.has_alog = ga.kind != 0 && ga.has_alog;
-      hg.alog = alog;
-      hg.ea = expf(alog);
-      hg.lower_bound = ga.lower_bound;
-      hg.gamma = 0.f;
-      gate::with_head_gate(hg, [&](auto kind, auto regular) {
-#pragma unroll
-        for (int m = 0; m < kMaxKPerLane; ++m) {
-          const int c = lane + 32 * m;
-          if (c < K) {
-            const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value>(hg, raw[m], dtb[m],
-                                                                                              dgv[m], &da);
-            if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
-            d_row[m] = d;
-          }
+        if (c < K) {
+          const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value>(hg, raw[m], dtb[m],
+                                                                                            dgv[m], &da);
+          if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
+          d_row[m] = d;
         }
-      });
-      da = warp_sum(da);
-    } else {
-      dsum = warp_sum(dsum);
-      const float raw = p.has_g ? kern::load_any(p.g, p.g_dt, row) : 0.f;
-      const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
-      const float gamma = p.g_gamma ? kern::load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
-      const float d = gate_bwd(ga, raw, dtb, alog, dsum, &da, gamma);
-      if (lane == 0) {
-        if (p.dg) stf(p.dg, p.g_dt, row, d);
-        d_row[0] = d;  // for ddt_bias and for dg_gamma (g_gamma enters every token's gate like g)
       }
-    }
-    da_row = da;  // lane 0's (the scalar gate: every lane computed the same)
+    });
+    da = warp_sum(da);
+    da_row = da;
   }
   if (sums) {  // the block's 8 rows summed in warp order: its partial row
 #pragma unroll
     for (int m = 0; m < kMaxKPerLane; ++m) part[warp][lane + 32 * m] = d_row[m];
     __syncthreads();
-    const int KG = p.KG;
-    for (int c = threadIdx.x; c < KG; c += blockDim.x) {
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
       float s = 0.f;
 #pragma unroll
       for (int w = 0; w < kGbTokens; ++w) s += part[w][c];
-      if (p.draw) p.draw[prow * KG + c] = s;
-      if (p.dgg_rows) p.dgg_rows[prow] = s;  // KG = 1
+      if (p.draw) p.draw[prow * K + c] = s;
     }
     __syncthreads();
     if (lane == 0) part[warp][0] = da_row;
@@ -301,6 +283,54 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
     if (p.beta_mode != 0) der = gate::beta_sigmoid_grad(p.beta_mode, kern::load_any(p.beta, p.beta_dt, row));
     stf(p.dbeta, p.beta_dt, row, s * der);
   }
+}
+
+__global__ void __launch_bounds__(256) finish_gb_scalar_kernel(const FinishGB p) {
+  const int64_t HV = p.HV;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // = prow
+  if (idx >= (p.tokens + kGbTokens - 1) / kGbTokens * HV) return;
+  const int hv = static_cast<int>(idx % HV);
+  const int64_t t0 = idx / HV * kGbTokens;
+  const int n = static_cast<int>(p.tokens - t0 < kGbTokens ? p.tokens - t0 : kGbTokens);
+  const GateArgs& ga = p.ga;
+  gate::HeadGate hg;
+  hg.kind = ga.kind;
+  hg.has_alog = ga.kind != 0 && ga.has_alog;
+  hg.alog = hg.has_alog ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
+  hg.ea = expf(hg.alog);
+  hg.lower_bound = ga.lower_bound;
+  hg.gamma = p.g_gamma ? kern::load_any(p.g_gamma, p.gg_dt, hv) : 0.f;
+  const float dtb = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
+  const bool gate = p.has_g || p.g_gamma;
+  float sd = 0.f, sa = 0.f;  // the block's row sums, token order
+  gate::with_head_gate(hg, [&](auto kind, auto regular) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = (t0 + i) * HV + hv;
+      if (gate) {
+        float dsum = 0.f;  // pg_ld = K: the token replay's per-channel terms
+        for (int s = 0; s < p.NS; ++s) {
+          const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * HV + row) * p.pg_ld;
+          for (int c = 0; c < p.pg_ld; ++c) dsum += src[c];
+        }
+        const float raw = p.has_g ? kern::load_any(p.g, p.g_dt, row) : 0.f;
+        float da = 0.f;
+        const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value>(hg, raw, dtb, dsum, &da);
+        if (p.dg) stf(p.dg, p.g_dt, row, d);
+        sd += d;  // for ddt_bias and for dg_gamma (g_gamma enters every token's gate like g)
+        sa += da;
+      }
+      if (p.dbeta) {
+        float s = 0.f;
+        for (int sp = 0; sp < p.NS; ++sp) s += p.pb[static_cast<int64_t>(sp) * p.tokens * HV + row];
+        float der = 1.f;
+        if (p.beta_mode != 0) der = gate::beta_sigmoid_grad(p.beta_mode, kern::load_any(p.beta, p.beta_dt, row));
+        stf(p.dbeta, p.beta_dt, row, s * der);
+      }
+    }
+  });
+  if (p.draw) p.draw[idx] = sd;
+  if (p.dgg_rows) p.dgg_rows[idx] = sd;
+  if (p.da) p.da[idx] = sa;
 }
 
 // ---- 4c. out[col] = sum over rows of buf[row][col] (the per-token rows of ddt_bias, dA_log,
@@ -950,8 +980,12 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   fg.dgg_rows = want_dgg ? da : nullptr;
   if (timer) timer->mark("finish_gb", st);
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
-    finish_gb_kernel<<<dim3(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV)),
-                       32 * kGbTokens, 0, st>>>(fg);
+    if (KG > 1) {
+      finish_gb_kernel<<<dim3(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV)),
+                         32 * kGbTokens, 0, st>>>(fg);
+    } else {
+      finish_gb_scalar_kernel<<<static_cast<unsigned>((gb_rows * p.HV + 255) / 256), 256, 0, st>>>(fg);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
   if (timer) timer->mark("colsum", st);

@@ -200,6 +200,8 @@ struct FinishGB {
   float* dgg_rows = nullptr;
 };
 
+// FAST16: 16-bit inputs (their forward's gate transform is the fast one: gate::head_gate_bwd).
+template <bool FAST16>
 __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishGB p) {
   __shared__ float part[kGbTokens][kMaxKPerLane * 32 + 1];  // this block's rows: d(raw g), then da
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -246,8 +248,8 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
       for (int m = 0; m < kMaxKPerLane; ++m) {
         const int c = lane + 32 * m;
         if (c < K) {
-          const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value>(hg, raw[m], dtb[m],
-                                                                                            dgv[m], &da);
+          const float d =
+              gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value, FAST16>(hg, raw[m], dtb[m], dgv[m], &da);
           if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
           d_row[m] = d;
         }
@@ -981,8 +983,9 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   if (timer) timer->mark("finish_gb", st);
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
     if (KG > 1) {
-      finish_gb_kernel<<<dim3(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV)),
-                         32 * kGbTokens, 0, st>>>(fg);
+      const dim3 grid(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV));
+      if (dt == 0 || dt == 1) finish_gb_kernel<true><<<grid, 32 * kGbTokens, 0, st>>>(fg);
+      else finish_gb_kernel<false><<<grid, 32 * kGbTokens, 0, st>>>(fg);
     } else {
       finish_gb_scalar_kernel<<<static_cast<unsigned>((gb_rows * p.HV + 255) / 256), 256, 0, st>>>(fg);
     }

@@ -174,9 +174,32 @@ __device__ __forceinline__ float transform_bwd(int kind, int has_alog, float low
 // afresh, exp(A_log) included, for every element: here exp(A_log) comes from h and the one
 // expf(-|x|) serves softplus and sigmoid (the backward's finish kernel is bound by this
 // arithmetic, not by its bytes). REGULAR = false is transform_bwd itself.
-template <int KIND, bool REGULAR>
+// FAST16: 16-bit inputs, whose forward took the fast transforms (head_gate<.., FAST16>): softplus
+// and sigmoid from one __expf(-|x|) (absolute error ~1e-6, as softplus_fast / sigmoid_fast).
+template <int KIND, bool REGULAR, bool FAST16 = false>
 __device__ __forceinline__ float head_gate_bwd(const HeadGate& h, float raw, float dtb, float dg, float* da) {
-  if constexpr (!REGULAR) {
+  if constexpr (FAST16 && REGULAR && KIND != 0) {
+    const float x = raw + dtb;
+    const float z = KIND == 2 && h.has_alog ? h.ea * x : x;
+    const float e = __expf(-fabsf(z));
+    const float r = rcp_approx(1.f + e);
+    const float s = z >= 0.f ? r : e * r;  // sigmoid(z)
+    if constexpr (KIND == 1) {
+      const float sp = fmaxf(x, 0.f) + (e < 1e-3f ? e - 0.5f * e * e : __logf(1.f + e));  // softplus_fast(x)
+      const float gr = -h.ea * sp;
+      if (gr + h.gamma <= kFloor || dg == 0.f) return 0.f;
+      *da += dg * gr;
+      return dg * (-h.ea * s);
+    } else {
+      if (h.lower_bound * s + h.gamma <= kFloor || dg == 0.f) return 0.f;
+      const float sd = s * (1.f - s);
+      if (!h.has_alog) return dg * h.lower_bound * sd;
+      if (sd == 0.f) return 0.f;  // saturated: the exact derivative underflows too
+      const float ds = dg * h.lower_bound * sd;
+      *da += ds * z;  // dz/dA_log = z
+      return ds * h.ea;
+    }
+  } else if constexpr (!REGULAR) {
     return transform_bwd(h.kind, h.has_alog, h.lower_bound, raw, dtb, h.alog, dg, da, h.gamma);
   } else if constexpr (KIND == 1) {
     // ea finite and > 0: transform_bwd's regular branch, and its limit branch only where sp is

@@ -201,9 +201,11 @@ struct FinishGB {
 };
 
 // FAST16: 16-bit inputs (their forward's gate transform is the fast one: gate::head_gate_bwd).
-template <bool FAST16>
+// NPL: channels a lane, ceil(K / 32) rounded up to 4 or 8 (the per-lane arrays' registers set the
+// CTAs an SM, and this kernel runs at the pace of its resident warps).
+template <bool FAST16, int NPL>
 __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishGB p) {
-  __shared__ float part[kGbTokens][kMaxKPerLane * 32 + 1];  // this block's rows: d(raw g), then da
+  __shared__ float part[kGbTokens][NPL * 32 + 1];  // this block's rows: d(raw g), then da
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hv = blockIdx.y;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kGbTokens + warp;
@@ -212,25 +214,25 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
   const int K = p.K;
   const int64_t prow = static_cast<int64_t>(blockIdx.x) * p.HV + hv;  // the block's partial row
   const bool sums = p.draw || p.da;
-  float d_row[kMaxKPerLane], da_row = 0.f;  // this warp's contributions (0 past the last token)
+  float d_row[NPL], da_row = 0.f;  // this warp's contributions (0 past the last token)
 #pragma unroll
-  for (int m = 0; m < kMaxKPerLane; ++m) d_row[m] = 0.f;
+  for (int m = 0; m < NPL; ++m) d_row[m] = 0.f;
   if (live && p.has_g) {
-    float dgv[kMaxKPerLane];
+    float dgv[NPL];
 #pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) dgv[m] = 0.f;
+    for (int m = 0; m < NPL; ++m) dgv[m] = 0.f;
     for (int s = 0; s < p.NS; ++s) {  // channels innermost: the warp's loads in flight together
       const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
 #pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m)
+      for (int m = 0; m < NPL; ++m)
         if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
     }
     const GateArgs& ga = p.ga;
     const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
-    float raw[kMaxKPerLane], dtb[kMaxKPerLane];  // loaded before any store (no alias stalls)
+    float raw[NPL], dtb[NPL];  // loaded before any store (no alias stalls)
 #pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) {
+    for (int m = 0; m < NPL; ++m) {
       const int c = lane + 32 * m;
       raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
       dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
@@ -245,7 +247,7 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
     hg.gamma = 0.f;
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
 #pragma unroll
-      for (int m = 0; m < kMaxKPerLane; ++m) {
+      for (int m = 0; m < NPL; ++m) {
         const int c = lane + 32 * m;
         if (c < K) {
           const float d =
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishG
   }
   if (sums) {  // the block's 8 rows summed in warp order: its partial row
 #pragma unroll
-    for (int m = 0; m < kMaxKPerLane; ++m) part[warp][lane + 32 * m] = d_row[m];
+    for (int m = 0; m < NPL; ++m) part[warp][lane + 32 * m] = d_row[m];
     __syncthreads();
     for (int c = threadIdx.x; c < K; c += blockDim.x) {
       float s = 0.f;
@@ -984,8 +986,14 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   if (tokens > 0 && (fg.dg || fg.draw || fg.da || fg.dbeta || fg.dgg_rows)) {
     if (KG > 1) {
       const dim3 grid(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV));
-      if (dt == 0 || dt == 1) finish_gb_kernel<true><<<grid, 32 * kGbTokens, 0, st>>>(fg);
-      else finish_gb_kernel<false><<<grid, 32 * kGbTokens, 0, st>>>(fg);
+      auto launch = [&](auto fast16, auto npl) {
+        finish_gb_kernel<decltype(fast16)::value, decltype(npl)::value><<<grid, 32 * kGbTokens, 0, st>>>(fg);
+      };
+      const bool fast16 = dt == 0 || dt == 1, narrow = p.K <= 128;
+      if (fast16 && narrow) launch(std::true_type{}, std::integral_constant<int, 4>{});
+      else if (fast16) launch(std::true_type{}, std::integral_constant<int, kMaxKPerLane>{});
+      else if (narrow) launch(std::false_type{}, std::integral_constant<int, 4>{});
+      else launch(std::false_type{}, std::integral_constant<int, kMaxKPerLane>{});
     } else {
       finish_gb_scalar_kernel<<<static_cast<unsigned>((gb_rows * p.HV + 255) / 256), 256, 0, st>>>(fg);
     }

@@ -264,10 +264,36 @@ def _chunk_bwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
 
 
 # --------------------------------------------------------------------------- autograd
+class _SavedInitialStates(threading.local):
+    def __init__(self):
+        self.entries = None
+
+
+_SAVED_H0 = _SavedInitialStates()
+
+
+class capture_saved_initial_states:
+    """Within it, every ``chunk_fwd`` that builds a graph appends ``(initial_state, saved)`` to
+    the list it yields: the tensor its backward will read as the initial state, and whether it
+    keeps a ``disable_recompute`` buffer. ``linattn.cp`` uses it to give a graph built from a
+    zero incoming state the incoming state computed afterwards (the backward recomputes
+    everything from its saved inputs, so only that tensor's values matter)."""
+
+    def __enter__(self):
+        self._prev = _SAVED_H0.entries
+        _SAVED_H0.entries = []
+        return _SAVED_H0.entries
+
+    def __exit__(self, *exc):
+        _SAVED_H0.entries = self._prev
+
+
 def _setup_context(ctx, inputs, output):
     (family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
      cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first, output_final_state,
      _return_h, disable_recompute, bwd_precision) = inputs
+    if _SAVED_H0.entries is not None:
+        _SAVED_H0.entries.append((initial_state, bool(disable_recompute)))
     # Without disable_recompute the buffer is empty; its size may be symbolic under
     # torch.compile, so decide by the flag rather than by the size.
     saved = output[3] if disable_recompute else None

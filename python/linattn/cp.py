@@ -51,6 +51,10 @@ __all__ = ["CPContext", "build_cp_context", "split_cu_seqlens"]
 
 _SCANS = ("auto", "allgather", "doubling", "relay")
 
+# How many backwards rebuilt their local graph (forward (1) saved a copy of the incoming-state
+# tensor: padded head sizes, value slices); the tests read it.
+REBUILT_GRAPHS = 0
+
 
 @dataclass
 class CPContext:
@@ -304,35 +308,67 @@ class _CPState:
     """What a rank needs for its backward: the local graph and the gathered transforms."""
 
 
-def _local_transform(local, tensors, h0_last, a, b, need_m, K, V):
-    """Final state of the tokens ``[a, b)`` (one sequence) as ``M S_in + C``: returns (M, C);
-    ``M`` only when ``need_m`` (C starts from ``h0_last`` or zero)."""
+class _exact_fp32_matmul:
+    """float32 products in float32 (never TF32, whatever torch's matmul settings say)."""
+
+    def __enter__(self):
+        m = torch.backends.cuda.matmul
+        self._attr = "fp32_precision" if hasattr(m, "fp32_precision") else "allow_tf32"
+        self._prev = getattr(m, self._attr)
+        setattr(m, self._attr, "ieee" if self._attr == "fp32_precision" else False)
+
+    def __exit__(self, *exc):
+        setattr(torch.backends.cuda.matmul, self._attr, self._prev)
+
+
+def _first_sequence_map(local_fwd, tensors, b0, K, sdt):
+    """``(Q~, M)`` of the local tokens ``[0, b0)`` (the first local sequence): ``M`` (K x K per
+    head) maps the state entering the sequence to the state after them, and ``Q~_t = scale M_t^T
+    q_t`` is the gradient of ``o_t`` with respect to it (``o_t = o_t(S_in = 0) + S_in^T Q~_t``).
+    One call from the identity with zero values: its outputs are ``Q~``, its final state ``M``
+    (every gate and option as in the local call: ``M`` and ``Q~`` are those of that call)."""
     q, k, v, g, beta, A_log, dt_bias = tensors
-    q, k, v, g, beta = (_slice_tokens(t, a, b) for t in (q, k, v, g, beta))
+    q, k, g, beta = (_slice_tokens(t, 0, b0) for t in (q, k, g, beta))
     HV = v.shape[2]
-    if not need_m:
-        _, fs = local(q, k, v, g, beta, A_log, dt_bias, h0_last, None, None)
-        return None, fs[0]
-    sdt = torch.float64 if v.dtype == torch.float64 else torch.float32
-    eye = torch.eye(K, dtype=sdt, device=v.device)
-    eye = eye.expand(1, HV, K, K)
-    zero_v = v.new_zeros(1, b - a, HV, K)
-    c0 = h0_last if h0_last is not None else torch.zeros(1, HV, K, V, dtype=eye.dtype, device=v.device)
-    if K + V <= 256:  # one pass over the widened state [I | S0] with values [0 | v]
-        try:
-            _, fs = local(q, k, torch.cat([zero_v, v], -1), g, beta, A_log, dt_bias,
-                          torch.cat([eye, c0.to(eye.dtype)], -1).contiguous(), None, None)
-            return fs[0, ..., :K], fs[0, ..., K:]
-        except NotImplementedError:  # a backend without that value width (CUDA: V in {64, 128, 256})
-            pass
-    _, fm = local(q, k, zero_v, g, beta, A_log, dt_bias, eye.contiguous(), None, None)
-    _, fc = local(q, k, v, g, beta, A_log, dt_bias, c0, None, None)
-    return fm[0], fc[0]
+    eye = torch.eye(K, dtype=sdt, device=v.device).expand(1, HV, K, K).contiguous()
+    qt, fm = local_fwd(q, k, v.new_zeros(1, b0, HV, K), g, beta, A_log, dt_bias, eye, None, None)
+    return qt, fm[0]
+
+
+def _add_incoming_state_term(o, qt, s_in):
+    """``o_t += s_in^T Q~_t`` in place for the tokens of ``qt`` (``o``: ``[1, T, HV, V]``, the
+    first ``qt.shape[1]`` tokens): one batched product per head, rounded once into o's dtype."""
+    b0 = qt.shape[1]
+    c = o[0, :b0].transpose(0, 1)  # [HV, b0, V], a view of o
+    with _exact_fp32_matmul():
+        c.baddbmm_(qt[0].transpose(0, 1).to(c.dtype), s_in.to(c.dtype))
+
+
+def _incoming_state_gradient(qt, do, M, dfs0):
+    """``D = sum_t Q~_t do_t^T (+ M^T dfs0)``: the gradient of this rank's loss terms with respect
+    to the state entering its first sequence (``dfs0``: the gradient of that sequence's returned
+    final-state row, None if none). Products accumulate in float32 (float64 for float64)."""
+    b0 = qt.shape[1]
+    sdt = M.dtype
+    a = qt[0].permute(1, 2, 0)  # [HV, K, b0]
+    d = do[0, :b0].transpose(0, 1).to(a.dtype)  # [HV, b0, V]
+    D = None
+    if a.dtype in (torch.float16, torch.bfloat16) and a.is_cuda and sdt == torch.float32:
+        try:  # 16-bit products with a float32 result (torch >= 2.9 on CUDA)
+            D = torch.bmm(a, d, out_dtype=torch.float32)
+        except (TypeError, RuntimeError):
+            D = None
+    with _exact_fp32_matmul():
+        if D is None:
+            D = torch.bmm(a.to(sdt), d.to(sdt))
+        if dfs0 is not None:
+            D = D + M.transpose(-1, -2) @ dfs0.to(sdt)
+    return D
 
 
 class _CPChunk(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, local, cpc, build_graph, q, k, v, g, beta, A_log, dt_bias, h0):
+    def forward(ctx, local, local_fwd, cpc, build_graph, q, k, v, g, beta, A_log, dt_bias, h0):
         tensors = (q, k, v, g, beta, A_log, dt_bias)
         group = cpc.group
         W = dist.get_world_size(group=group)
@@ -345,118 +381,137 @@ class _CPChunk(torch.autograd.Function):
                              f"covers {cu[-1]} in {n_local} sequences")
         K, HV, V = q.shape[-1], v.shape[2], v.shape[-1]
         sdt = torch.float64 if v.dtype == torch.float64 else torch.float32  # the states' dtype
-        # zero the incoming row of a continued first sequence: its state comes from rank r - 1
+        relay = getattr(cpc, "scan", "auto") == "relay"
+        # the incoming row of a continued first sequence starts at zero: its state comes from
+        # the earlier ranks
         h0_loc = h0
-        if h0 is not None and pre:
-            h0_loc = h0.clone()
+        if pre:
+            h0_loc = (h0.to(sdt).clone() if h0 is not None
+                      else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
             h0_loc[0] = 0
         cu_dev, cu_cpu = cpc.cu_seqlens, cpc.cu_seqlens_cpu
 
-        def run_local(h0_run):  # the local call from the right incoming state (with its graph)
+        def run_local(h0_run, fn, grad_h0=False):
+            """The local call; with its graph (leaves detached from the inputs) when one is built."""
             if not build_graph:
                 with torch.no_grad():
-                    o, fs = local(*tensors, h0_run, cu_dev, cu_cpu)
+                    o, fs = fn(*tensors, h0_run, cu_dev, cu_cpu)
                 return o, fs, None
             with torch.enable_grad():
                 leaves = [None if t is None else t.detach().requires_grad_(need)
-                          for t, need in zip(tensors + (h0_run,), ctx.needs_input_grad[3:])]
-                if leaves[-1] is not None and pre:
-                    leaves[-1].requires_grad_(True)  # for the gradient sent to rank r - 1
-                o, fs = local(*leaves, cu_dev, cu_cpu)
+                          for t, need in zip(tensors + (h0_run,), ctx.needs_input_grad[4:])]
+                if grad_h0:
+                    leaves[-1].requires_grad_(True)
+                o, fs = fn(*leaves, cu_dev, cu_cpu)
             return o, fs, leaves
 
-        M = C = None
-        relay = getattr(cpc, "scan", "auto") == "relay"
+        st = _CPState()
+        st.pre, st.post, st.r, st.W, st.group, st.n_local, st.relay = pre, post, r, W, group, n_local, relay
+        st.h0_given, st.Ms, st.has_m, st.M_own, st.qt, st.m_first = h0 is not None, None, None, None, None, None
+        st.rebuild = None
         if relay:  # sequential: wait for rank r - 1's state, hand ours to rank r + 1
-            Ms = has_m = None
             if pre:
-                h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
-                          else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
-                h0_run[0] = _exchange(torch.zeros(HV, K, V, dtype=sdt, device=v.device), None, r - 1, group)
-                h0_loc = h0_run
-            o, fs, leaves = run_local(h0_loc)
+                h0_loc[0] = _exchange(torch.zeros(HV, K, V, dtype=sdt, device=v.device), None, r - 1, group)
+            o, fs, leaves = run_local(h0_loc, local, grad_h0=pre)  # dh0[0] goes back to rank r - 1
             if post:
                 _exchange(fs[-1].detach().to(sdt), r + 1, None, group)
-            pre_fold = False
+            o_out, fs_out = o.detach(), fs.detach()
         elif not pre:
             # nothing comes in: the local call is final at once, and its last state is what the
             # next rank needs (C with M = 0)
-            o, fs, leaves = run_local(h0_loc)
-            if post:
-                C = fs[-1].detach()
-        elif post:
-            # (1) the transform of the last sequence, which continues on rank r + 1
-            need_m = n_local == 1
-            h0_last = None if (h0_loc is None or need_m) else h0_loc[-1:]
+            o, fs, leaves = run_local(h0_loc, local)
             with torch.no_grad():
-                M, C = _local_transform(local, tensors, h0_last, cu[-2], cu[-1], need_m, K, V)
-        if not relay:
-            pre_fold = pre
+                st.Ms, st.has_m, _ = _scan_forward(None, fs[-1].detach() if post else None, HV, K, V, sdt,
+                                                   v.device, group, W, r, False, cpc)
+            o_out, fs_out = o.detach(), fs.detach()
+        else:
+            from ._torch_ops import capture_saved_initial_states
+
+            # (1) the local call from a zero incoming state, with its graph (no disable_recompute
+            # buffer: it would hold this call's states)
+            with capture_saved_initial_states() as saved_h0:
+                o, fs, leaves = run_local(h0_loc, local_fwd)
             with torch.no_grad():
-                # (2) share the transforms and fold those of the earlier ranks
-                Ms, has_m, s_in = _scan_forward(M, C, HV, K, V, sdt, v.device, group, W, r, pre, cpc)
-        if pre_fold:
-            h0_run = (h0_loc.to(sdt).clone() if h0_loc is not None
-                      else torch.zeros(n_local, HV, K, V, dtype=sdt, device=v.device))
-            h0_run[0] = s_in
-            # (3) the local call from the right incoming state
-            o, fs, leaves = run_local(h0_run)
+                # (2) the first sequence's map: Q~ and M
+                qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
+                # (3) share [M | C] of the last sequence (M where the first sequence is the last)
+                # and fold the earlier ranks' maps into the incoming state
+                M = m_first if (post and n_local == 1) else None
+                st.Ms, st.has_m, s_in = _scan_forward(M, fs[-1].detach() if post else None, HV, K, V, sdt,
+                                                      v.device, group, W, r, True, cpc)
+                # (4) the outputs from the true incoming state: o_t += S_in^T Q~_t on the first
+                # sequence's tokens, its final-state row += M S_in
+                o_out, fs_out = o.detach(), fs.detach()
+                _add_incoming_state_term(o_out.data, qt, s_in)
+                fs_out.data[0] += (m_first.double() @ s_in.double()).to(fs_out.dtype)
+            st.M_own, st.qt, st.m_first = M, qt, m_first
+            if build_graph:
+                # (5) the backward recomputes everything from its saved inputs, so the graph of
+                # (1) becomes the graph at the true incoming state once its saved initial state
+                # holds it (the same storage, written through .data: autograd's version check
+                # stays armed for any other in-place change). Where the call saved a copy of ours
+                # (padding, slicing) the backward rebuilds the graph from the true state instead.
+                slot = leaves[-1]
+                ok = (len(saved_h0) == 1 and not saved_h0[0][1] and isinstance(saved_h0[0][0], torch.Tensor)
+                      and saved_h0[0][0].data_ptr() == slot.data_ptr()
+                      and saved_h0[0][0].shape == slot.shape and saved_h0[0][0].dtype == slot.dtype)
+                if ok:
+                    slot.data[0].copy_(s_in)
+                else:
+                    h0_true = h0_loc.clone()
+                    h0_true[0] = s_in
+                    st.rebuild = lambda: run_local(h0_true, local_fwd)
         if not build_graph:
-            return o, fs
-        st = _CPState()
-        st.leaves, st.o, st.fs = leaves, o, fs
-        st.Ms, st.has_m, st.pre, st.post, st.r, st.W, st.group = Ms, has_m, pre, post, r, W, group
-        st.n_local, st.h0_given, st.M_own, st.relay = n_local, h0 is not None, M, relay
+            return o_out, fs_out
+        st.leaves, st.o, st.fs = leaves, o, fs  # the graph's outputs
         ctx.st = st
-        return o.detach(), fs.detach()
+        return o_out, fs_out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, do, dfs):
         st = ctx.st
-        o, fs = st.o, st.fs
+        ctx.st = None
+        o, fs, leaves = st.o, st.fs, st.leaves
         do = torch.zeros_like(o) if do is None else do
         dfs = torch.zeros_like(fs) if dfs is None else dfs
-        leaves = st.leaves
+        if st.rebuild is not None:
+            global REBUILT_GRAPHS
+            REBUILT_GRAPHS += 1
+            o, fs, leaves = st.rebuild()
         want = [i for i, t in enumerate(leaves) if t is not None and t.requires_grad]
-        grads = None
         HV, K, V = fs.shape[1], fs.shape[2], fs.shape[3]
-        D = torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device)
         if st.relay:  # sequential from the last rank: one backward per rank
             if st.post:
                 dfs = dfs.clone()
-                dfs[-1] += _exchange(D, None, st.r + 1, st.group)
+                dfs[-1] += _exchange(torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device), None, st.r + 1,
+                                     st.group)
             res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
             grads = dict(zip(want, res))
             if st.pre:
                 _exchange(grads[len(leaves) - 1][0].to(fs.dtype), st.r - 1, None, st.group)
-        elif st.pre:
-            h0_leaf = leaves[-1]
-            if st.post:  # pass A: the incoming-state gradient without the later ranks' part
-                D = torch.autograd.grad([o, fs], [h0_leaf], [do, dfs], retain_graph=True)[0][0]
-            else:  # the only pass: this rank's outgoing state feeds no later rank
-                res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
-                grads = dict(zip(want, res))
-                D = grads[len(leaves) - 1][0]
-        e = None if st.relay else _scan_backward(D.to(fs.dtype).contiguous(), st)
-        if grads is None:
-            if e is not None:  # the gradient of the state leaving this rank, from the later ranks
+        else:
+            # the gradient of this rank's own loss terms with respect to its incoming state (a
+            # product, no pass over the tokens), shared; the later ranks' part of the gradient of
+            # the state leaving this rank comes back folded
+            D = (_incoming_state_gradient(st.qt, do, st.m_first, dfs[0]) if st.pre
+                 else torch.zeros(HV, K, V, dtype=fs.dtype, device=fs.device))
+            e = _scan_backward(D.to(fs.dtype).contiguous(), st)
+            if e is not None:
                 dfs = dfs.clone()
                 dfs[-1] += e
             res = torch.autograd.grad([o, fs], [leaves[i] for i in want], [do, dfs], allow_unused=True)
             grads = dict(zip(want, res))
-        out = [grads.get(i) if grads is not None else None for i in range(len(leaves))]
+        out = [grads.get(i) for i in range(len(leaves))]
         dh0 = out[-1] if st.h0_given else None
-        out[-1] = dh0
-        if dh0 is not None and st.pre:
+        if dh0 is not None and st.pre:  # the continued sequence's row was not used
             dh0 = dh0.clone()
             dh0[0] = 0
-            out[-1] = dh0
+        out[-1] = dh0
         for i, t in enumerate(out[:-1]):
             if t is None and i in want:
                 out[i] = torch.zeros_like(leaves[i])
-        ctx.st = None
-        return (None, None, None, *out)
+        return (None, None, None, None, *out)
 
 
 def cp_forward(fn, fn_name, q, k, v, g, beta, *, cp_context, A_log, dt_bias, initial_state,
@@ -514,9 +569,14 @@ def cp_forward(fn, fn_name, q, k, v, g, beta, *, cp_context, A_log, dt_bias, ini
         return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, state_v_first=False,
                   cu_seqlens=cu, cu_seqlens_cpu=cu_c, A_log=A_log, dt_bias=dt_bias, **opts)
 
+    def local_fwd(q, k, v, g, beta, A_log, dt_bias, h0, cu, cu_c):  # without a disable_recompute buffer
+        return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, state_v_first=False,
+                  cu_seqlens=cu, cu_seqlens_cpu=cu_c, A_log=A_log, dt_bias=dt_bias,
+                  **{**opts, "disable_recompute": False})
+
     inputs = (q, k, v, g, beta, A_log, dt_bias, initial_state)
     build_graph = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-    o, fs = _CPChunk.apply(local, c, build_graph, *inputs)
+    o, fs = _CPChunk.apply(local, local_fwd, c, build_graph, *inputs)
     if not output_final_state:
         return o, None
     if state_v_first:

@@ -103,8 +103,10 @@ def _call(fam, t, opts, cu_seqlens, h0, cp_context=None, final=True):
               cu_seqlens=cu_seqlens, cp_context=cp_context, A_log=t.get("A_log"), dt_bias=t.get("dt_bias"), **opts)
 
 
-# the two ways of combining the ranks' transforms (linattn.cp.CPContext.scan)
-SCANS = ("allgather", "doubling", "relay")
+# the ways of combining the ranks' transforms (linattn.cp.CPContext.scan); "rebuild": the
+# all-gather with the backward's fallback (the local graph rebuilt from the true incoming state,
+# as when the local call saves a copy of the incoming-state tensor) forced on every rank
+SCANS = ("allgather", "doubling", "relay", "rebuild")
 # cases whose split points fall on 64-token chunk boundaries of the sequences: the relay (the
 # sequential reference mode) gives bitwise the single-process o, final states and gradients
 RELAY_BITWISE = ("gdn_w2_gva", "kda_w4_chain")
@@ -140,22 +142,31 @@ def _worker(rank, world, init_file, names, outdir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     from linattn.cp import build_cp_context
 
+    import contextlib
+
+    import linattn._torch_ops as ops_mod
+    import linattn.cp as cp_mod
+
+    capture = ops_mod.capture_saved_initial_states
     for name, scan in ((n, s_) for n in names for s_ in SCANS):
         fam, W, dtype, cu, sp, H, G, K, V, opts, with_h0, _ = CASES[name]
         t, cu_t, w_o, w_h = _inputs(name)
-        ctx = build_cp_context(cu_t, group=None, split_points=sp, scan=scan)
+        ops_mod.capture_saved_initial_states = (capture if scan != "rebuild"
+                                                else lambda: contextlib.nullcontext([]))
+        ctx = build_cp_context(cu_t, group=None, split_points=sp, scan="allgather" if scan == "rebuild" else scan)
         use = ctx
         if name.endswith("_fla"):  # duck typing: only the fields FLA's FLACPContext has
             use = types.SimpleNamespace(group=None, cu_seqlens=ctx.cu_seqlens, cu_seqlens_cpu=ctx.cu_seqlens_cpu,
                                         pre_num_ranks=ctx.pre_num_ranks, post_num_ranks=ctx.post_num_ranks,
                                         is_first_rank=ctx.is_first_rank, is_last_rank=ctx.is_last_rank,
-                                        layout="contiguous", scan=scan)
+                                        layout="contiguous", scan=ctx.scan)
         s, e, ids = ctx.start, ctx.end, ctx.seq_ids
         loc = {k_: (x[:, s:e] if k_ in ("q", "k", "v", "g", "beta") else x) for k_, x in t.items()}
         if "h0" in loc:
             loc["h0"] = loc["h0"][ids]  # row 0 of a continued sequence is ignored: the wrong state on purpose
         loc = {k_: x.clone().requires_grad_() for k_, x in loc.items()}
         t0 = time.perf_counter()
+        rebuilt0 = cp_mod.REBUILT_GRAPHS
         o, ht = _call(fam, loc, opts, None, loc.get("h0"), cp_context=use)
         keep = torch.ones(len(ids), dtype=torch.bool)
         if ctx.post_num_ranks > 0:
@@ -167,13 +178,14 @@ def _worker(rank, world, init_file, names, outdir):
             loss = loss + (ht[-1] * w_b[ctx.rank].to(ht.dtype)).sum()
         loss.backward()
         dt = time.perf_counter() - t0
+        rebuilt = cp_mod.REBUILT_GRAPHS - rebuilt0
         with torch.no_grad():  # inference: no graph, the same results
             o2, ht2 = _call(fam, loc, opts, None, loc.get("h0"), cp_context=use)
             o3, ht3 = _call(fam, loc, opts, None, loc.get("h0"), cp_context=use, final=False)
         same_no_grad = torch.equal(o2, o) and torch.equal(ht2, ht) and torch.equal(o3, o) and ht3 is None
         torch.save(dict(o=o.detach(), ht=ht.detach(), keep=keep, ids=ids, s=s, e=e, pre=ctx.pre_num_ranks,
                         grads={k_: x.grad for k_, x in loc.items()}, time=dt,
-                        same_no_grad=same_no_grad),
+                        same_no_grad=same_no_grad, rebuilt=rebuilt),
                    os.path.join(outdir, f"{name}.{scan}.{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -222,6 +234,9 @@ def test_cp_matches_single_process(cp_runs, name, scan):
             got = sum(p["grads"][key] for p in parts)
         errs["d" + key] = rel_err(got, g_ref[key])
     assert all(p["same_no_grad"] for p in parts), f"{name}: the no-grad forward differs from the autograd one"
+    # the backward reuses the forward's local graph (no second local forward) except where forced
+    want_rebuilt = [int(scan == "rebuild" and p["pre"] > 0) for p in parts]
+    assert [p["rebuilt"] for p in parts] == want_rebuilt, f"{name}: rebuilt graphs {[p['rebuilt'] for p in parts]}"
     bad = {k_: e for k_, e in errs.items() if not e <= tol}
     assert not bad, f"{name}: {bad} (all: {errs})"
     for r in bitwise_ranks:

@@ -156,7 +156,7 @@ def timed(fn, reps=5, warm=2, barrier=True):
     return sorted(ts)[len(ts) // 2]
 
 
-def scaling(rank, world, dev, T, results):
+def scaling(rank, world, dev, T, results, profile=False, no_single=False, t1_ms=None):
     from linattn.cp import build_cp_context
 
     H, K, V = 32, 128, 128
@@ -174,7 +174,10 @@ def scaling(rank, world, dev, T, results):
 
         opts = dict(use_qk_l2norm_in_kernel=True)
         res = {}
-        if rank == 0:  # one GPU, the whole sequence
+        if no_single:  # given (modelled) single-GPU times, or none
+            given = None if t1_ms is None else t1_ms[0 if fam == "kda" else 1]
+            res = {"t1": given or float("nan"), "t1_fwd": float("nan")}
+        if rank == 0 and not no_single:  # one GPU, the whole sequence
             t1 = make(T)
             do = torch.randn_like(t1["v"])
 
@@ -201,10 +204,28 @@ def scaling(rank, world, dev, T, results):
         def cp_fwd():
             call(fam, tw, opts, None, None, cp_context=ctx)
 
+        def local():  # the same tokens without CP: what a rank's share costs on its own
+            o, _ = call(fam, tw, opts, None, None)
+            torch.autograd.grad(o, list(tw.values()), dow)
+
+        def local_fwd():
+            call(fam, tw, opts, None, None)
+
         tW = timed(cp)
         tW_fwd = timed(cp_fwd)
+        tl, tl_fwd = timed(local, barrier=False), timed(local_fwd, barrier=False)
+        if profile:
+            from torch.profiler import ProfilerActivity, profile as prof
+
+            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
+                cp()
+                torch.cuda.synchronize()
+            if rank == 1:
+                print(f"profile of one CP step ({fam}, rank 1 of {world}):", flush=True)
+                print(pr.key_averages().table(sort_by="cuda_time_total", row_limit=30), flush=True)
+        dist.barrier()
         all_t = [None] * world
-        dist.all_gather_object(all_t, (tW, tW_fwd))
+        dist.all_gather_object(all_t, (tW, tW_fwd, tl, tl_fwd))
         if rank == 0:
             tWm = max(x[0] for x in all_t)
             tWf = max(x[1] for x in all_t)
@@ -213,6 +234,9 @@ def scaling(rank, world, dev, T, results):
             results.append(dict(family=fam, T=T, world=world, t1_ms=res["t1"], tW_ms=tWm,
                                 per_rank_ms=[x[0] for x in all_t], efficiency=eff, t1_fwd_ms=res["t1_fwd"],
                                 tW_fwd_ms=tWf, per_rank_fwd_ms=[x[1] for x in all_t], efficiency_fwd=eff_f))
+            results[-1].update(local_ms=[x[2] for x in all_t], local_fwd_ms=[x[3] for x in all_t])
+            print(f"  each rank's tokens without CP: fwd+bwd {', '.join(f'{x[2]:.2f}' for x in all_t)} ms, "
+                  f"forward {', '.join(f'{x[3]:.2f}' for x in all_t)} ms", flush=True)
             print(f"scaling {fam} T={T} H=32 K=V=128 bf16 fwd+bwd: 1 GPU {res['t1']:.2f} ms, {world} GPUs "
                   f"{tWm:.2f} ms (ranks {', '.join(f'{x[0]:.2f}' for x in all_t)}), efficiency {eff:.3f}; "
                   f"forward alone: 1 GPU {res['t1_fwd']:.2f} ms, {world} GPUs {tWf:.2f} ms "
@@ -222,7 +246,7 @@ def scaling(rank, world, dev, T, results):
         dist.barrier()
 
 
-def worker(rank, world, init_file, T, out, cpu=False, exact=True):
+def worker(rank, world, init_file, T, out, cpu=False, exact=True, profile=False, no_single=False, t1_ms=None):
     if cpu:  # a smoke test of this script on the CPU backend with gloo (no scaling point)
         dev = torch.device("cpu")
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -237,7 +261,7 @@ def worker(rank, world, init_file, T, out, cpu=False, exact=True):
     if exact:
         exactness(rank, world, dev, results)
     if T > 0:
-        scaling(rank, world, dev, T, results)
+        scaling(rank, world, dev, T, results, profile, no_single, t1_ms)
     if rank == 0:
         info = dict(device="cpu" if cpu else torch.cuda.get_device_name(0), world=world,
                     nccl=None if cpu else ".".join(map(str, torch.cuda.nccl.version())),
@@ -256,6 +280,12 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--cpu", action="store_true", help="smoke-test the script on the CPU backend (gloo)")
     ap.add_argument("--skip-exactness", action="store_true", help="the scaling point only")
+    ap.add_argument("--profile", action="store_true", help="print rank 1's torch.profiler table of one CP step")
+    ap.add_argument("--no-single", action="store_true",
+                    help="skip the single-GPU call (a T that does not fit one GPU); efficiency then uses "
+                         "--t1-ms, a single-GPU time given (e.g. modelled), or is not computed")
+    ap.add_argument("--t1-ms", type=float, nargs=2, default=None, metavar=("KDA", "GDN"),
+                    help="with --no-single: single-GPU fwd+bwd times to compute the efficiency against")
     a = ap.parse_args()
     if a.cpu:
         a.world = max(a.world, 2)
@@ -263,7 +293,7 @@ def main():
         raise SystemExit(f"needs {a.world} >= 2 GPUs, found {torch.cuda.device_count()}")
     os.makedirs(a.out, exist_ok=True)
     init_file = os.path.join(tempfile.mkdtemp(prefix="linattn-cp-gpu-"), "init")
-    mp.start_processes(worker, args=(a.world, init_file, a.T, a.out, a.cpu, not a.skip_exactness), nprocs=a.world, join=True, start_method="spawn")
+    mp.start_processes(worker, args=(a.world, init_file, a.T, a.out, a.cpu, not a.skip_exactness, a.profile, a.no_single, a.t1_ms), nprocs=a.world, join=True, start_method="spawn")
 
 
 if __name__ == "__main__":

@@ -321,19 +321,6 @@ class _exact_fp32_matmul:
         setattr(torch.backends.cuda.matmul, self._attr, self._prev)
 
 
-_SIDE_STREAMS = {}
-
-
-def _side_stream(device):
-    """A second CUDA stream of ``device`` (one per device, made once), None on the CPU."""
-    if device.type != "cuda":
-        return None
-    key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
-    return _SIDE_STREAMS[key]
-
-
 def _first_sequence_map(local_fwd, tensors, b0, K, sdt):
     """``(Q~, M)`` of the local tokens ``[0, b0)`` (the first local sequence): ``M`` (K x K per
     head) maps the state entering the sequence to the state after them, and ``Q~_t = scale M_t^T
@@ -440,26 +427,13 @@ class _CPChunk(torch.autograd.Function):
         else:
             from ._torch_ops import capture_saved_initial_states
 
-            # (1) the first sequence's map, Q~ and M; on a GPU on a second stream, so that its
-            # sequential pass runs beside that of (2) (each alone leaves SMs idle at few chains)
-            side = _side_stream(v.device)
-            if side is not None:
-                main = torch.cuda.current_stream(v.device)
-                side.wait_stream(main)
-                with torch.cuda.stream(side), torch.no_grad():
-                    qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
-            # (2) the local call from a zero incoming state, with its graph (no disable_recompute
+            # (1) the local call from a zero incoming state, with its graph (no disable_recompute
             # buffer: it would hold this call's states)
             with capture_saved_initial_states() as saved_h0:
                 o, fs, leaves = run_local(h0_loc, local_fwd)
-            if side is None:
-                with torch.no_grad():
-                    qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
-            else:
-                main.wait_stream(side)
-                qt.record_stream(main)
-                m_first.record_stream(main)
             with torch.no_grad():
+                # (2) the first sequence's map: Q~ and M
+                qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
                 # (3) share [M | C] of the last sequence (M where the first sequence is the last)
                 # and fold the earlier ranks' maps into the incoming state
                 M = m_first if (post and n_local == 1) else None

@@ -204,7 +204,7 @@ struct FinishGB {
 // NPL: channels a lane, ceil(K / 32) rounded up to 4 or 8 (the per-lane arrays' registers set the
 // CTAs an SM, and this kernel runs at the pace of its resident warps).
 template <bool FAST16, int NPL>
-__global__ void __launch_bounds__(32 * kGbTokens) finish_gb_kernel(const FinishGB p) {
+__global__ void __launch_bounds__(32 * kGbTokens, NPL == 4 ? 6 : 1) finish_gb_kernel(const FinishGB p) {
   __shared__ float part[kGbTokens][NPL * 32 + 1];  // this block's rows: d(raw g), then da
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hv = blockIdx.y;

@@ -11,10 +11,13 @@ tokens, ``S_out = M S_in + C`` (``M``: K x K). A rank whose first sequence start
 earlier rank needs that sequence's state at its first token: every rank computes ``(M, C)`` of
 its last sequence when it continues on the next rank, one ``all_gather`` shares them (or a
 recursive-doubling scan: ``CPContext.scan``), and each rank folds the transforms of the ranks
-before it (no rank waits for another's local compute). The backward mirrors it:
-``dS_in = M^T dS_out + D`` with ``D`` the local gradient of the incoming state, the ``D``'s
-shared the same way, a fold from the last rank, and the local backward with the right gradient
-of the outgoing state. ``scan="relay"`` is a sequential reference mode instead (bitwise the
+before it (no rank waits for another's local compute). Such a rank runs its local call from a
+zero incoming state and adds the incoming state's term afterwards: ``o_t += S_in^T Q~_t`` with
+``Q~_t = scale M_t^T q_t`` from one call over the first sequence (identity state, zero values),
+and its local graph is given ``S_in`` as its initial state for the backward. The backward
+mirrors it: ``dS_in = M^T dS_out + D`` with ``D = sum_t Q~_t do_t^T (+ M^T dht)`` the local
+gradient of the incoming state (a product), the ``D``'s shared the same way, a fold from the
+last rank, and the one local backward with the right gradient of the outgoing state. ``scan="relay"`` is a sequential reference mode instead (bitwise the
 single-device results with chunk-aligned split points). Communication uses the group's backend
 (gloo for CPU tensors, NCCL for CUDA tensors); nothing here is device-specific.
 

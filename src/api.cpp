@@ -203,6 +203,10 @@ Status forward(Family family, const ForwardInputs& in, const ForwardOutputs& out
     if (!s.ok()) return s;
     if (!(s = check_cuda_build(p)).ok()) return s;
     if (out.saved.present() && !(s = check_saved_size(out.saved, p)).ok()) return s;
+    if (out.state_map_o.present() && !on_cuda(p)) {
+      return Status::Unsupported("state_map_o / state_map_final: the CPU backend does not compute them in the "
+                                 "forward pass (a call from the identity state with zero values gives them)");
+    }
     const std::size_t need = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
     if (!(s = detail::check_forward_workspace(p, in, out, ws, need)).ok()) {
       if (p.has_saved && s.code == StatusCode::kWorkspaceTooSmall) {
@@ -239,6 +243,7 @@ Status reference_forward(Family family, const ForwardInputs& in, const ForwardOu
     Status s = detail::resolve_forward(family, in, out, opt, &p);
     if (!s.ok()) return s;
     if (on_cuda(p)) return Status::Unsupported("the float64 reference runs on CPU tensors only");
+    if (out.state_map_o.present()) return Status::Unsupported("the float64 reference does not compute state maps");
     return reference::forward(p, in, out);
   });
 }

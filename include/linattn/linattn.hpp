@@ -166,11 +166,21 @@ struct ForwardInputs {
 //                *before* chunk c. state_v_first swaps the last two dims.
 //   saved        optional uint8 buffer of saved_bytes() (disable_recompute): forward keeps
 //                its intermediates there and backward reuses them instead of recomputing.
+//   state_map_o, state_map_final   optional, together (KDA, GDN; context parallelism): how the
+//                outputs depend on the initial state. Per sequence and value head the state
+//                after token t is S_t = M_t S_0 + C_t, so o_t = o_t(S_0 = 0) + S_0^T Q~_t with
+//                Q~_t = scale M_t^T q_t: state_map_o [B, T, HV, K] in v's dtype holds Q~,
+//                state_map_final [N, HV, K, K] float32 (transposed with state_v_first) the final
+//                M. The CUDA backend computes them in the same pass as o (Hopper, 16-bit inputs,
+//                K = 128, without h or saved); elsewhere the call is refused with kNotSupported
+//                (compute them as the outputs of a call from the identity state with zero values).
 struct ForwardOutputs {
   TensorView o;
   TensorView final_state;
   TensorView h;
   TensorView saved;
+  TensorView state_map_o;
+  TensorView state_map_final;
 };
 
 // Backward: the forward's inputs, the output gradient `d_o`, the optional final-state gradient

@@ -147,12 +147,15 @@ struct Inputs {
 };
 
 linattn::ForwardOutputs fwd_out(const OutArray& o, const OptOut& final_state, const OptOut& h,
-                                const OptOut& saved) {
+                                const OptOut& saved, const OptOut& state_map_o = std::nullopt,
+                                const OptOut& state_map_final = std::nullopt) {
   linattn::ForwardOutputs out;
   out.o = to_view("o", o);
   out.final_state = opt_view("final_state", final_state);
   out.h = opt_view("h", h);
   out.saved = opt_view("saved", saved);
+  out.state_map_o = opt_view("state_map_o", state_map_o);
+  out.state_map_final = opt_view("state_map_final", state_map_final);
   return out;
 }
 
@@ -369,9 +372,10 @@ NB_MODULE(_C, m) {
   m.def(
       "forward",
       [](int family, LINATTN_INPUT_PARAMS, OutArray o, OptOut final_state, OptOut h, OptOut saved,
-         const linattn::Options& opt, OptOut workspace, uintptr_t stream) {
+         const linattn::Options& opt, OptOut workspace, uintptr_t stream, OptOut state_map_o,
+         OptOut state_map_final) {
         const linattn::ForwardInputs in = LINATTN_INPUTS.views();
-        const linattn::ForwardOutputs out = fwd_out(o, final_state, h, saved);
+        const linattn::ForwardOutputs out = fwd_out(o, final_state, h, saved, state_map_o, state_map_final);
         const linattn::Workspace ws = to_workspace(workspace);
         Status s;
         {
@@ -382,9 +386,11 @@ NB_MODULE(_C, m) {
       },
       "family"_a, LINATTN_INPUT_ARGS, "o"_a, "final_state"_a.none() = nb::none(),
       "h"_a.none() = nb::none(), "saved"_a.none() = nb::none(), "options"_a,
-      "workspace"_a.none() = nb::none(), "stream"_a = 0,
+      "workspace"_a.none() = nb::none(), "stream"_a = 0, "state_map_o"_a.none() = nb::none(),
+      "state_map_final"_a.none() = nb::none(),
       "Chunked forward into caller-allocated outputs. `stream` is a cudaStream_t as an int "
-      "(0: the default stream), ignored for CPU arrays.");
+      "(0: the default stream), ignored for CPU arrays. state_map_o / state_map_final: how the "
+      "outputs depend on the initial state (linattn.hpp; CUDA on Hopper only).");
 
   m.def(
       "backward",

@@ -112,8 +112,11 @@ def chunk_fwd(
     return_intermediate_states: bool,
     disable_recompute: bool,
     backward_precision: str = "auto",
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Returns (o, final_state, h, saved); absent ones are empty tensors."""
+    state_map: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Returns (o, final_state, h, saved, state_map_o, state_map_final); absent ones are empty
+    tensors. state_map: also how o and the final states depend on the initial state (linattn.hpp,
+    ForwardOutputs; for linattn.cp)."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
                A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
                cu_seqlens=_c(cu_seqlens),
@@ -140,11 +143,24 @@ def chunk_fwd(
         nsaved = _C.saved_bytes(family, **inp, options=opt) if disable_recompute else 0
         saved = q.new_empty(nsaved, dtype=torch.uint8)
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
+        qmap, mmap = _state_map_outputs(q, inp["v"], cu_seqlens, state_map)
         _C.forward(family, **inp, o=o, final_state=fs if output_final_state else None,
                    h=h if return_intermediate_states else None,
                    saved=saved if nsaved > 0 else None, options=opt, workspace=ws,
-                   stream=_stream(q))
-    return o, fs, h, saved
+                   stream=_stream(q), state_map_o=qmap if state_map else None,
+                   state_map_final=mmap if state_map else None)
+    return o, fs, h, saved, qmap, mmap
+
+
+def _state_map_outputs(q, v, cu_seqlens, state_map):
+    """state_map_o [B, T, HV, K] in v's dtype and state_map_final [N, HV, K, K] float32 (empty
+    without state_map)."""
+    if not state_map:
+        return v.new_empty(0), q.new_empty(0, dtype=torch.float32)
+    B, T, _, K = q.shape
+    HV = v.shape[2]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    return v.new_empty(B, T, HV, K), q.new_empty(N, HV, K, K, dtype=torch.float32)
 
 
 def _spec(t: Optional[Tensor]):
@@ -162,7 +178,7 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
                     cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                     state_v_first, output_final_state, return_intermediate_states,
-                    disable_recompute, backward_precision="auto"):
+                    disable_recompute, backward_precision="auto", state_map=False):
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                    state_v_first, backward_precision)
@@ -199,7 +215,8 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
             _spec(g), _spec(g_gamma), _spec(beta), _spec(A_log), _spec(dt_bias),
             _spec(initial_state), opt)
     saved = q.new_empty(nsaved, dtype=torch.uint8)
-    return o, fs, h, saved
+    qmap, mmap = _state_map_outputs(q, v, cu_seqlens, state_map)
+    return o, fs, h, saved, qmap, mmap
 
 
 # --------------------------------------------------------------------------- backward op
@@ -267,31 +284,45 @@ def _chunk_bwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
 class _SavedInitialStates(threading.local):
     def __init__(self):
         self.entries = None
+        self.maps = None
+        self.want_map = False
 
 
 _SAVED_H0 = _SavedInitialStates()
 
 
+class _Record:
+    def __init__(self, entries, maps):
+        self.entries, self.maps = entries, maps
+
+
 class capture_saved_initial_states:
     """Within it, every ``chunk_fwd`` that builds a graph appends ``(initial_state, saved)`` to
-    the list it yields: the tensor its backward will read as the initial state, and whether it
-    keeps a ``disable_recompute`` buffer. ``linattn.cp`` uses it to give a graph built from a
-    zero incoming state the incoming state computed afterwards (the backward recomputes
-    everything from its saved inputs, so only that tensor's values matter)."""
+    the list ``entries`` of what it yields: the tensor its backward will read as the initial
+    state, and whether it keeps a ``disable_recompute`` buffer. ``linattn.cp`` uses it to give a
+    graph built from a zero incoming state the incoming state computed afterwards (the backward
+    recomputes everything from its saved inputs, so only that tensor's values matter).
+    ``state_map=True`` also asks every forward for its state map (``ForwardOutputs`` in
+    linattn.hpp), appended to ``maps`` as ``(state_map_o, state_map_final)``; a backend that
+    does not compute it raises NotImplementedError before writing anything."""
+
+    def __init__(self, state_map: bool = False):
+        self._state_map = state_map
 
     def __enter__(self):
-        self._prev = _SAVED_H0.entries
-        _SAVED_H0.entries = []
-        return _SAVED_H0.entries
+        self._prev = (_SAVED_H0.entries, _SAVED_H0.maps, _SAVED_H0.want_map)
+        rec = _Record([], [])
+        _SAVED_H0.entries, _SAVED_H0.maps, _SAVED_H0.want_map = rec.entries, rec.maps, self._state_map
+        return rec
 
     def __exit__(self, *exc):
-        _SAVED_H0.entries = self._prev
+        _SAVED_H0.entries, _SAVED_H0.maps, _SAVED_H0.want_map = self._prev
 
 
 def _setup_context(ctx, inputs, output):
     (family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
      cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first, output_final_state,
-     _return_h, disable_recompute, bwd_precision) = inputs
+     _return_h, disable_recompute, bwd_precision, _state_map) = inputs
     if _SAVED_H0.entries is not None:
         _SAVED_H0.entries.append((initial_state, bool(disable_recompute)))
     # Without disable_recompute the buffer is empty; its size may be symbolic under
@@ -301,7 +332,7 @@ def _setup_context(ctx, inputs, output):
                           cu_seqlens_cpu, saved)
     # h (return_intermediate_states) has no backward, and the saved buffer is internal: mark
     # them so that using them in a loss raises instead of silently contributing no gradient.
-    ctx.mark_non_differentiable(output[2], output[3])
+    ctx.mark_non_differentiable(output[2], output[3], output[4], output[5])
     # Gradients of unused outputs arrive as None rather than materialised zeros: a zero tensor
     # the size of the saved buffer (1.4 GiB at 2x8192x32x128) would otherwise be allocated for
     # the non-differentiable output in every backward.
@@ -311,7 +342,7 @@ def _setup_context(ctx, inputs, output):
     ctx.output_final_state = output_final_state
 
 
-def _backward(ctx, do, dfinal, _dh, _dsaved):
+def _backward(ctx, do, dfinal, _dh, _dsaved, _dmap_o, _dmap_final):
     (q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
      saved) = ctx.saved_tensors
     if do is None:
@@ -325,8 +356,8 @@ def _backward(ctx, do, dfinal, _dh, _dsaved):
     for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
                        (initial_state, dh0)):
         grads.append(d if present is not None else None)
-    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 12 non-tensor options
-    return (None, *grads, None, None) + (None,) * 12
+    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 13 non-tensor options
+    return (None, *grads, None, None) + (None,) * 13
 
 
 torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_setup_context)
@@ -393,14 +424,17 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
                              backward_precision)
         raise ValidatedOnly()
 
-    o, fs, h, _ = torch.ops.linattn.chunk_fwd(
+    want_map = _SAVED_H0.maps is not None and _SAVED_H0.want_map
+    o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
         scale, bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
         bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(safe_gate),
         None if lower_bound is None else float(lower_bound), bool(state_v_first),
         bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute),
-        str(backward_precision))
+        str(backward_precision), want_map)
+    if want_map:
+        _SAVED_H0.maps.append((qmap, mmap))
     return o, (fs if output_final_state else None), (h if return_intermediate_states else None)
 
 

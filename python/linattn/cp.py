@@ -431,12 +431,28 @@ class _CPChunk(torch.autograd.Function):
             from ._torch_ops import capture_saved_initial_states
 
             # (1) the local call from a zero incoming state, with its graph (no disable_recompute
-            # buffer: it would hold this call's states)
-            with capture_saved_initial_states() as saved_h0:
-                o, fs, leaves = run_local(h0_loc, local_fwd)
+            # buffer: it would hold this call's states); on CUDA it also computes the state map
+            # in its own pass where the backend can (Hopper, 16-bit, K = 128: the prep once, K
+            # more columns in the sequential pass)
+            qt = None
+            if v.is_cuda:
+                try:
+                    with capture_saved_initial_states(state_map=True) as rec:
+                        o, fs, leaves = run_local(h0_loc, local_fwd)
+                except NotImplementedError:
+                    rec = None
+                if rec is not None and len(rec.maps) == 1:
+                    qt, m_first = rec.maps[0][0][:, :cu[1]], rec.maps[0][1][0]
+                elif rec is not None:  # several calls (value slices): redo without the request
+                    rec = None
+            if qt is None:
+                with capture_saved_initial_states() as rec:
+                    o, fs, leaves = run_local(h0_loc, local_fwd)
+                # (2) elsewhere the first sequence's map from its own call: Q~ and M
+                with torch.no_grad():
+                    qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
+            saved_h0 = rec.entries
             with torch.no_grad():
-                # (2) the first sequence's map: Q~ and M
-                qt, m_first = _first_sequence_map(local_fwd, tensors, cu[1], K, sdt)
                 # (3) share [M | C] of the last sequence (M where the first sequence is the last)
                 # and fold the earlier ranks' maps into the incoming state
                 M = m_first if (post and n_local == 1) else None

@@ -578,8 +578,19 @@ Status resolve_forward(Family family, const ForwardInputs& in, const ForwardOutp
   }
   if (out.saved.present()) LINATTN_TRY(check_saved("saved", out.saved, *p));
   p->has_saved = out.saved.present();
+  if (out.state_map_o.present() != out.state_map_final.present()) {
+    return Status::Invalid("state_map_o and state_map_final are given together or not at all");
+  }
+  if (out.state_map_o.present()) {
+    if (!p->delta) return Status::Invalid("state_map_o / state_map_final are for the delta-rule families (KDA, GDN)");
+    if (out.state_map_o.dtype != out.o.dtype) return Status::Invalid("state_map_o must have o's (v's) dtype");
+    LINATTN_TRY(check_tensor("state_map_o", out.state_map_o, {p->varlen ? 1 : p->B, p->T, p->HV, p->K}, p->device));
+    if (out.state_map_final.dtype != DType::kFloat32) return Status::Invalid("state_map_final must be float32");
+    LINATTN_TRY(check_tensor("state_map_final", out.state_map_final, {p->N, p->HV, p->K, p->K}, p->device));
+  }
   LINATTN_TRY(check_no_alias(
-      {{"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}, {"saved", &out.saved}},
+      {{"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}, {"saved", &out.saved},
+       {"state_map_o", &out.state_map_o}, {"state_map_final", &out.state_map_final}},
       {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"g_gamma", &in.g_gamma},
        {"beta", &in.beta}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias},
        {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens},
@@ -645,7 +656,8 @@ Status check_forward_workspace(const Problem& p, const ForwardInputs& in, const 
        {"beta", &in.beta}, {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias},
        {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens},
        {"cu_seqlens_host", &in.cu_seqlens_host}, {"o", &out.o}, {"final_state", &out.final_state},
-       {"h", &out.h}, {"saved", &out.saved}});
+       {"h", &out.h}, {"saved", &out.saved}, {"state_map_o", &out.state_map_o},
+       {"state_map_final", &out.state_map_final}});
 }
 
 Status check_backward_workspace(const Problem& p, const BackwardInputs& in, const BackwardOutputs& out,

@@ -31,8 +31,9 @@ struct WsLayout {
   int seg_chunks;
   int64_t segments;  // entries of the segment map (0 without the split)
   std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, segs, trans, hseg, total;
-  explicit WsLayout(const Problem& p)
-      : seg_chunks(config::seq_split_chunks(p, config::sm_count(p.device.index))),
+  // split false: no sequence split (the sizes are then at most those with it)
+  explicit WsLayout(const Problem& p, bool split = true)
+      : seg_chunks(split ? config::seq_split_chunks(p, config::sm_count(p.device.index)) : 0),
         segments(seg_chunks > 0 ? kern::map_entries(p.cu.data(), p.N, seg_chunks) : 0) {
     const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;  // (chunk, head) blocks
@@ -120,19 +121,29 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   if (!s.ok()) return s;
   s = check_aligned({{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
                      {"A_log", &in.A_log}, {"dt_bias", &in.dt_bias}, {"initial_state", &in.initial_state},
-                     {"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h}});
+                     {"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h},
+                     {"state_map_o", &out.state_map_o}, {"state_map_final", &out.state_map_final}});
   if (!s.ok()) return s;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const bool state_map = out.state_map_o.present();
+  if (state_map && (out.saved.present() || out.h.present())) {
+    return Status::Unsupported("state_map_o / state_map_final cannot be combined with saved or h");
+  }
   // disable_recompute: the backward's front half, keeping its intermediates in out.saved
   if (out.saved.present()) return forward_saved_kda_gdn(p, in, out, ws, st);
   DeviceGuard device;
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
   cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  // the state map's columns run in the wgmma pass over whole sequences (no sequence split)
+  if (state_map && !(p.delta && kern::recurrence_wgmma_supported(dt, static_cast<int>(p.K), static_cast<int>(p.V)))) {
+    return Status::Unsupported("state_map_o / state_map_final: computed in the forward pass on Hopper with 16-bit "
+                               "inputs and K = 128 only");
+  }
 
-  const WsLayout lay(p);
+  const WsLayout lay(p, /*split=*/!state_map);
   if (ws.bytes < lay.total) return {StatusCode::kWorkspaceTooSmall, "CUDA forward workspace too small"};
   unsigned char* base = static_cast<unsigned char*>(ws.data);
-  const int dt = dtype_code(p.dtype);
 
   // chunk and sequence maps from the validated host offsets, passed as kernel parameters (no
   // stream sync, graph-capturable; the device cu_seqlens is not read: chunk_map.hpp)
@@ -201,6 +212,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.h = out.h.present() ? out.h.data : nullptr;
     sp.h_dt = out.h.present() ? dtype_code(out.h.dtype) : 2;
     sp.o = out.o.data;  // hs null: the fused kernel (V_new, O, S update in one pass)
+    if (state_map) {
+      sp.map_o = out.state_map_o.data;
+      sp.map_ht = static_cast<float*>(out.state_map_final.data);
+    }
     sp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
     sp.num_chunks = static_cast<int>(p.num_chunks);
     sp.N = static_cast<int>(p.N);
@@ -215,6 +230,9 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
     if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
       return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
+    if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // checked above: not reached
+      return {StatusCode::kBackendError, "CUDA forward: the state map needs the wgmma pass"};
+    }
     if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st);
       if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);

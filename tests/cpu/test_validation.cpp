@@ -1178,6 +1178,36 @@ TEST(Validation, GradientsAliasEachOther) {
   expect_backward_rejected(c, kInvalid, "dk overlaps the output dq");
 }
 
+// The state map (ForwardOutputs::state_map_o / state_map_final): both or neither, the delta-rule
+// families, their shapes and dtypes, no aliasing; valid ones are refused on the CPU (the CUDA
+// backend computes them on Hopper), with nothing written.
+TEST(Validation, StateMapOutputs) {
+  for (Family f : {Family::kKDA, Family::kGDN, Family::kGLA}) {
+    Call c(f);
+    HostTensor qm(f32, {c.B, c.T, c.HV, c.K}), mm(f32, {c.B, c.HV, c.K, c.K});
+    qm.poison();
+    mm.poison();
+    c.fout.state_map_o = qm.view;
+    if (f == Family::kGLA) {
+      c.fout.state_map_final = mm.view;
+      expect_forward_rejected(c, kInvalid, "delta-rule families");
+      continue;
+    }
+    expect_forward_rejected(c, kInvalid, "together");
+    c.fout.state_map_final = mm.view;
+    expect_status(c.forward(), kUnsupported, "CPU backend", "forward");
+    expect_nothing_written(c, "forward");
+    EXPECT_TRUE(std::isnan(qm.get(0)) && std::isnan(mm.get(0)));
+    HostTensor wrong(f32, {c.B, c.T, c.HV, c.V});
+    c.fout.state_map_o = wrong.view;
+    expect_forward_rejected(c, kInvalid, "state_map_o must have shape");
+    c.fout.state_map_o = qm.view;
+    HostTensor mm64(DType::kFloat64, {c.B, c.HV, c.K, c.K});
+    c.fout.state_map_final = mm64.view;
+    expect_forward_rejected(c, kInvalid, "state_map_final must be float32");
+  }
+}
+
 TEST(Validation, UnknownFamily) {
   Call c(Family::kKDA);
   c.fam = static_cast<Family>(7);

@@ -508,6 +508,107 @@ void check_sequence_split(Family fam) {
   expect_repeatable(base);
 }
 
+// The state map (ForwardOutputs::state_map_o / state_map_final, context parallelism): computed in
+// the forward's own pass on Hopper; checked against the float64 reference of its definition, the
+// call from the identity state with zero values (width K), and o / final_state against the
+// ordinary reference, on a few-chain case (where the pass would otherwise split the sequence),
+// GVA, varlen with empty sequences, the in-kernel and steep gates, bf16 and fp16 (GDN's raw rows);
+// repeatable bitwise. Elsewhere (another GPU, float32, K != 128) the call is refused with nothing
+// written.
+void check_state_map(Family fam) {
+  Case base = option_cases(fam, Pass::kForward).front();
+  base.B = 1;
+  base.T = 64 * 21 + 17;
+  base.H = 1;
+  base.HV = 2;
+  base.K = 128;
+  base.V = 128;
+  base.h0 = true;
+  base.final_state = true;
+  base.inter = false;
+  std::vector<Case> cases = {base};
+  { Case c = base; c.gate = Gate::kVeryNegative; cases.push_back(c); }
+  { Case c = base; c.gate = Gate::kSoftplus; c.beta_sigmoid = true; c.v_first = true; cases.push_back(c); }
+  { Case c = base; c.cu = {0, 0, 5, 700, 700, 1361}; c.T = c.cu.back(); cases.push_back(c); }
+  const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (Case c : cases) {
+      c.dt = dt;
+      SCOPED_TRACE(c.name());
+      const Inputs x = make_inputs(c, /*backward=*/false);
+      std::vector<DevBuf> keep;
+      keep.reserve(32);
+      ForwardInputs in = forward_views(x, true, keep);
+      const Options opt = make_options(c);
+      FwdResult got = forward_outputs(c, x, c.dt, DType::kFloat32);
+      HostTensor qmap(c.dt, {c.B, c.T, c.HV, c.K}), mmap(DType::kFloat32, {x.N, c.HV, c.K, c.K});
+      qmap.poison();
+      mmap.poison();
+      ForwardOutputs out;
+      out.o = upload(got.o, keep);
+      out.final_state = upload(got.ht, keep);
+      out.state_map_o = upload(qmap, keep);
+      out.state_map_final = upload(mmap, keep);
+      std::size_t ws_bytes = 0;
+      ASSERT_TRUE(forward_workspace_size(c.fam, in, opt, &ws_bytes).ok());
+      DevBuf ws(ws_bytes);
+      const Status s = forward(c.fam, in, out, opt, Workspace{ws.p, ws_bytes}, nullptr);
+      if (!hopper) {
+        EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+        HostTensor o_back = got.o;
+        download(out.o, o_back);
+        EXPECT_EQ(o_back.bytes, got.o.bytes) << "a refused call wrote o";
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << s.message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor qmap2 = qmap, mmap2 = mmap;
+      download(out.o, got.o);
+      download(out.final_state, got.ht);
+      download(out.state_map_o, qmap);
+      download(out.state_map_final, mmap);
+      FwdResult ref;
+      ASSERT_TRUE(run_reference_forward(c, x, &ref).ok());
+      const double tol = tolerance_for(c.dt);
+      EXPECT_LE(rel_err(got.o, ref.o), tol) << "o";
+      EXPECT_LE(rel_err(got.ht, ref.ht), tol) << "final_state";
+      // the definition: outputs and final states of the call from the identity with zero values
+      Case cm = c;
+      cm.V = c.K;
+      cm.h0 = true;
+      cm.final_state = true;
+      Inputs xm = x;
+      xm.v = HostTensor(c.dt, {c.B, c.T, c.HV, c.K});
+      xm.h0 = state_tensor(cm, x.N);
+      for (int64_t n = 0; n < x.N; ++n)
+        for (int64_t h = 0; h < c.HV; ++h)
+          for (int64_t i = 0; i < c.K; ++i) xm.h0.set(((n * c.HV + h) * c.K + i) * c.K + i, 1.0);
+      FwdResult mref;
+      ASSERT_TRUE(run_reference_forward(cm, xm, &mref).ok());
+      EXPECT_LE(rel_err(qmap, mref.o), tol) << "state_map_o";
+      EXPECT_LE(rel_err(mmap, mref.ht), tol) << "state_map_final";
+      // bitwise repeatable
+      ForwardOutputs out2 = out;
+      out2.state_map_o = upload(qmap2, keep);
+      out2.state_map_final = upload(mmap2, keep);
+      ASSERT_TRUE(forward(c.fam, in, out2, opt, Workspace{ws.p, ws_bytes}, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      download(out2.state_map_o, qmap2);
+      download(out2.state_map_final, mmap2);
+      EXPECT_EQ(qmap.bytes, qmap2.bytes) << "state_map_o not repeatable";
+      EXPECT_EQ(mmap.bytes, mmap2.bytes) << "state_map_final not repeatable";
+    }
+}
+
+TEST(CudaForward, SmallStateMapKda) {
+  SKIP_WITHOUT_GPU();
+  check_state_map(Family::kKDA);
+}
+TEST(CudaForward, SmallStateMapGdn) {
+  SKIP_WITHOUT_GPU();
+  check_state_map(Family::kGDN);
+}
+
 TEST(CudaForward, SmallSequenceSplitKda) {
   SKIP_WITHOUT_GPU();
   check_sequence_split(Family::kKDA);

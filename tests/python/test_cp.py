@@ -151,8 +151,9 @@ def _worker(rank, world, init_file, names, outdir):
     for name, scan in ((n, s_) for n in names for s_ in SCANS):
         fam, W, dtype, cu, sp, H, G, K, V, opts, with_h0, _ = CASES[name]
         t, cu_t, w_o, w_h = _inputs(name)
-        ops_mod.capture_saved_initial_states = (capture if scan != "rebuild"
-                                                else lambda: contextlib.nullcontext([]))
+        ops_mod.capture_saved_initial_states = (
+            capture if scan != "rebuild"
+            else lambda **kw: contextlib.nullcontext(types.SimpleNamespace(entries=[], maps=[])))
         ctx = build_cp_context(cu_t, group=None, split_points=sp, scan="allgather" if scan == "rebuild" else scan)
         use = ctx
         if name.endswith("_fla"):  # duck typing: only the fields FLA's FLACPContext has
@@ -269,6 +270,12 @@ def test_cp_refusals():
         linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], cp_context=ctx, return_intermediate_states=True)
     with pytest.raises(ValueError, match="cp_context"):
         linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], cp_context=object())
+    # the state map in the local call's own pass: the CPU backend refuses it before writing
+    # anything, and linattn.cp then computes the map by its own call (the CUDA backend computes it
+    # on Hopper: tests/cuda SmallStateMap*, bench/cp_gpu.py)
+    from linattn._torch_ops import capture_saved_initial_states
+    with pytest.raises(NotImplementedError, match="state_map"), capture_saved_initial_states(state_map=True):
+        linattn.chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
     # linattn.fla's verifier: a CP call is checked by the local call's rules, nothing runs
     from linattn._torch_ops import ValidatedOnly, validate_only
     with pytest.raises(ValidatedOnly), validate_only():

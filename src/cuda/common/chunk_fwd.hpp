@@ -138,6 +138,12 @@ struct StateParams {
   // the delta rule [N][HV][K][V], C alone). o is not written. Null: the pass proper (O, the final
   // state of each sequence's last entry).
   float* trans = nullptr;
+  // Context parallelism's state map (the wgmma pass over the sequence map, delta rule): with map_o
+  // set the pass also carries K columns from the identity with U = 0 (tiles V/64 .. (V + K)/64 - 1),
+  // so that S_t = M_t S_in + C_t: their outputs Q~_t = scale M_t^T q_t go to map_o ([tokens][HV][K],
+  // o's type) and their final states M to map_ht (float32 [N][HV][K][K], the layout v_first names).
+  void* map_o = nullptr;
+  float* map_ht = nullptr;
   // The backward's recompute in the float32 form (dtype 2) on 16-bit inputs: on Hopper the state
   // pass may carry its operands as bf16 hi + lo (sm90/chunk_state_wide_wgmma.cuh, ~16 bits a
   // product); 0 keeps 3xTF32 (float32 inputs).

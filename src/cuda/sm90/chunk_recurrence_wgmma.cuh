@@ -34,6 +34,9 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 // its first segment, else from zero); with the delta rule tiles V/64 .. (V + K)/64 - 1 carry M
 // (from the identity, U = 0; not in a first segment, whose start state is known). The end states
 // go to p.trans, no O. (Without the delta rule M is diagonal: the combine forms it from exp(γ_C).)
+// kOutput with StateParams::map_o (context parallelism's state map, sequence map only): tiles
+// V/64 .. (V + K)/64 - 1 carry M from the identity with U = 0 as the transition tiles do, writing
+// their O (Q~) to map_o and their final states to map_ht.
 // kRecompute (the backward's recompute; sequence map, no RAW): the state before each chunk and V_new
 // (StateParams::h, vnew, vnew_lo), no O.
 template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
@@ -53,7 +56,8 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   const SeqInfo si = ct.si;
   const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
   const bool first = n == 0 || p.seqs[n - 1].seq != si.seq;      // the entry that starts it
-  const bool mtile = TRANS && v0 >= V;  // a transition tile: U = 0, nothing of U or V read
+  // a transition or state-map tile: U = 0, nothing of U or V read (never in the recompute)
+  const bool mtile = OUT != PassOut::kRecompute && v0 >= V;
   if (TRANS && (last || (mtile && first))) return;  // (whole CTA) transitions nobody needs
   const int nch = (si.len + kC - 1) / kC;  // = ct.nch; formed past the early return (its SASS as before)
   const int hk = hv / p.G;
@@ -109,10 +113,12 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 
   Consumer cons;
   // TRANS: h0 of the sequence in its first segment (C is then the start of the next), else zero
-  cons.init(p, TRANS ? si.seq : n, hv, v0, tid, /*read_h0=*/!TRANS || first);
+  cons.init(p, TRANS ? si.seq : n, hv, v0, tid, /*read_h0=*/(!TRANS || first) && !mtile);
   if (mtile) cons.init_identity(v0 - V);
-  const int64_t ostride = static_cast<int64_t>(HV) * V;
-  T* og = kO ? static_cast<T*>(p.o) + static_cast<int64_t>(hv) * V + v0 : nullptr;
+  // a state-map tile's O is Q~: [tokens][HV][K] at column v0 - V
+  const int OW = mtile ? kK : V;
+  const int64_t ostride = static_cast<int64_t>(HV) * OW;
+  T* og = kO ? static_cast<T*>(mtile ? p.map_o : p.o) + static_cast<int64_t>(hv) * OW + (mtile ? v0 - V : v0) : nullptr;
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);  // stage ci's copies landed
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
@@ -130,15 +136,21 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
     }
     Bar::arrive(&sm.empty[ci % STAGES]);  // every read of stage ci (wgmmas and loads) is done
   }
-  if constexpr (TRANS) cons.store_trans(p, n, hv, v0);
-  else if (last) cons.store(p, si.seq, hv, v0);
+  if constexpr (TRANS) {
+    cons.store_trans(p, n, hv, v0);
+  } else if (last) {
+    if (mtile) cons.store_map(p, si.seq, hv, v0 - V);
+    else cons.store(p, si.seq, hv, v0);
+  }
 #endif
 }
 
 template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
-  const dim3 grid = SequentialScheduler<kVT>::grid_shape(TRANS && DELTA ? p.V + kK : p.V, p.HV, p.N);
+  // the transitions' and the state map's M columns after the V columns
+  const bool mcols = DELTA && (TRANS || (OUT == PassOut::kOutput && p.map_o != nullptr));
+  const dim3 grid = SequentialScheduler<kVT>::grid_shape(mcols ? p.V + kK : p.V, p.HV, p.N);
   return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>,
                           smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>(), grid, 2 * kThreads,
                           p, s);

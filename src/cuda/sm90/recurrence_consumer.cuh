@@ -113,6 +113,13 @@ struct RecurrenceConsumer {
 #pragma unroll
     for (int i = 0; i < size(S); ++i) store_state(p.ht, p.ht_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i)), S(i));
   }
+  // The state map's final state M of sequence n, columns j0.. (StateParams::map_ht).
+  __device__ __forceinline__ void store_map(const StateParams& p, int n, int hv, int j0) {
+    if (!p.map_ht) return;
+    const int64_t base = (static_cast<int64_t>(n) * p.HV + hv) * kK * kK;
+#pragma unroll
+    for (int i = 0; i < size(S); ++i) p.map_ht[base + kern::state_index<kK>(kK, p.v_first, col_of(i), j0 + row_of(i))] = S(i);
+  }
   // The sequence-split pass: the end state of map entry n into columns col0.. of its transition
   // [K][V + K] ([K][V] without the delta rule; StateParams::trans).
   __device__ __forceinline__ void store_trans(const StateParams& p, int n, int hv, int col0) {

@@ -587,6 +587,20 @@ void check_state_map(Family fam) {
       ASSERT_TRUE(run_reference_forward(cm, xm, &mref).ok());
       EXPECT_LE(rel_err(qmap, mref.o), tol) << "state_map_o";
       EXPECT_LE(rel_err(mmap, mref.ht), tol) << "state_map_final";
+      if (rel_err(mmap, mref.ht) > tol) {  // where: per (sequence, value head), the worst element
+        for (int64_t n = 0; n < x.N; ++n)
+          for (int64_t h = 0; h < c.HV; ++h) {
+            double worst = 0, got_v = 0, ref_v = 0;
+            int64_t at = 0;
+            for (int64_t e = 0; e < c.K * c.K; ++e) {
+              const int64_t i = (n * c.HV + h) * c.K * c.K + e;
+              const double d = std::abs(mmap.get(i) - mref.ht.get(i));
+              if (d > worst) worst = d, got_v = mmap.get(i), ref_v = mref.ht.get(i), at = e;
+            }
+            std::printf("state_map_final seq %lld head %lld: worst |diff| %.3e at (%lld, %lld): %.4e vs %.4e\n",
+                        (long long)n, (long long)h, worst, (long long)(at / c.K), (long long)(at % c.K), got_v, ref_v);
+          }
+      }
       // bitwise repeatable
       ForwardOutputs out2 = out;
       out2.state_map_o = upload(qmap2, keep);

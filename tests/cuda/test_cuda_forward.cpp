@@ -585,21 +585,32 @@ void check_state_map(Family fam) {
           for (int64_t i = 0; i < c.K; ++i) xm.h0.set(((n * c.HV + h) * c.K + i) * c.K + i, 1.0);
       FwdResult mref;
       ASSERT_TRUE(run_reference_forward(cm, xm, &mref).ok());
-      EXPECT_LE(rel_err(qmap, mref.o), tol) << "state_map_o";
-      EXPECT_LE(rel_err(mmap, mref.ht), tol) << "state_map_final";
-      if (rel_err(mmap, mref.ht) > tol) {  // where: per (sequence, value head), the worst element
-        for (int64_t n = 0; n < x.N; ++n)
-          for (int64_t h = 0; h < c.HV; ++h) {
-            double worst = 0, got_v = 0, ref_v = 0;
-            int64_t at = 0;
-            for (int64_t e = 0; e < c.K * c.K; ++e) {
-              const int64_t i = (n * c.HV + h) * c.K * c.K + e;
-              const double d = std::abs(mmap.get(i) - mref.ht.get(i));
-              if (d > worst) worst = d, got_v = mmap.get(i), ref_v = mref.ht.get(i), at = e;
-            }
-            std::printf("state_map_final seq %lld head %lld: worst |diff| %.3e at (%lld, %lld): %.4e vs %.4e\n",
-                        (long long)n, (long long)h, worst, (long long)(at / c.K), (long long)(at % c.K), got_v, ref_v);
-          }
+      // The map's error relative to its scale at the identity (S_t = M_t S_0 + C_t: an error in M
+      // moves S_t by (dM) S_0): the identity for M, scale q for Q~. Long decays take both far below
+      // it, where fp16's operands of the pass underflow (M ~ 1e-30 after 1361 tokens of the
+      // logsigmoid gate): an absolute error there is no error of S_t.
+      const double sc = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
+      double qfloor = 0;
+      for (int64_t r = 0; r < c.B * c.T * c.H; ++r) {
+        double n2 = 0;
+        for (int64_t e = 0; e < c.K; ++e) n2 += x.q.get(r * c.K + e) * x.q.get(r * c.K + e);
+        qfloor += (c.l2norm ? 1.0 : n2) * sc * sc * static_cast<double>(c.HV / c.H);
+      }
+      const double mfloor = std::sqrt(static_cast<double>(x.N * c.HV * c.K));
+      auto map_err = [](const HostTensor& a, const HostTensor& r, double floor) {
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          if (!std::isfinite(a.get(i))) return std::numeric_limits<double>::infinity();
+          num += (a.get(i) - r.get(i)) * (a.get(i) - r.get(i));
+          den += r.get(i) * r.get(i);
+        }
+        return std::sqrt(num) / std::max(std::sqrt(den), floor);
+      };
+      EXPECT_LE(map_err(qmap, mref.o, std::sqrt(qfloor)), tol) << "state_map_o";
+      EXPECT_LE(map_err(mmap, mref.ht, mfloor), tol) << "state_map_final";
+      if (c.dt == DType::kBFloat16) {  // bf16 has float32's range: the plain relative error holds
+        EXPECT_LE(rel_err(qmap, mref.o), tol) << "state_map_o (bf16)";
+        EXPECT_LE(rel_err(mmap, mref.ht), tol) << "state_map_final (bf16)";
       }
       // bitwise repeatable
       ForwardOutputs out2 = out;

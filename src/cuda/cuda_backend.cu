@@ -230,8 +230,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
     if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
       return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
-    if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // checked above: not reached
-      return {StatusCode::kBackendError, "CUDA forward: the state map needs the wgmma pass"};
+    if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // (checked above; outputs untouched)
+      return Status::Unsupported("state_map_o / state_map_final: this shape does not run the wgmma pass");
     }
     if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st);

@@ -254,8 +254,9 @@ def _doubling_scan(cur, K, group, W, r, forward):
 
 def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
     """Every rank's incoming state from the affine maps ``S -> M_j S + C_j`` of the ranks before
-    it (``M_j = 0`` where rank j's last sequence starts on it or does not continue). Returns
-    (the gathered M's or None, their flags or None, this rank's incoming state or None)."""
+    it (``M_j = 0`` where rank j's last sequence starts on it or does not continue: the fold then
+    restarts at ``C_j`` exactly, so no flag and no host synchronisation is needed). Returns (the
+    gathered M's or None, this rank's incoming state or None)."""
     if _use_doubling(cpc, W):
         cur = torch.zeros(HV, K, K + V, dtype=sdt, device=device)
         if M is not None:
@@ -263,27 +264,23 @@ def _scan_forward(M, C, HV, K, V, sdt, device, group, W, r, pre, cpc):
         if C is not None:
             cur[..., K:] = C
         s_in = _doubling_scan(cur, K, group, W, r, forward=True)
-        return None, None, (s_in if pre else None)
-    packed = torch.zeros(HV * K * (K + V) + 1, dtype=sdt, device=device)
-    body = packed[:-1].view(HV, K, K + V)
+        return None, (s_in if pre else None)
+    packed = torch.zeros(HV, K, K + V, dtype=sdt, device=device)
     if M is not None:
-        body[..., :K] = M
-        packed[-1] = 1
+        packed[..., :K] = M
     if C is not None:
-        body[..., K:] = C
-    # one all-gather: [M | C] of the last sequence (zeros when it does not continue) and a flag
-    gathered = _all_gather(packed, group)  # [W, HV * K * (K + V) + 1]
-    Ms = gathered[:, :-1].view(W, HV, K, K + V)[..., :K]
-    Cs = gathered[:, :-1].view(W, HV, K, K + V)[..., K:]
-    has_m = [f != 0 for f in gathered[:, -1].tolist()]
+        packed[..., K:] = C
+    # one all-gather: [M | C] of the last sequence (zeros when it does not continue)
+    gathered = _all_gather(packed, group)  # [W, HV, K, K + V]
+    Ms, Cs = gathered[..., :K], gathered[..., K:]
     if not pre:
-        return Ms, has_m, None
+        return Ms, None
     # the fold in float64 (a few K x K x V products per rank; never TF32 whatever torch's
     # matmul settings)
     S = torch.zeros(HV, K, V, dtype=torch.float64, device=device)
-    for j in range(r):  # S <- M_j S + C_j, a reset where M_j is absent
-        S = (Ms[j].double() @ S + Cs[j].double()) if has_m[j] else Cs[j].double()
-    return Ms, has_m, S.to(sdt)
+    for j in range(r):  # S <- M_j S + C_j (= C_j where M_j = 0)
+        S = Ms[j].double() @ S + Cs[j].double()
+    return Ms, S.to(sdt)
 
 
 def _scan_backward(D, st):
@@ -303,7 +300,7 @@ def _scan_backward(D, st):
         return None
     e = torch.zeros_like(D, dtype=torch.float64)
     for j in range(st.W - 1, st.r, -1):
-        e = (st.Ms[j].double().transpose(-1, -2) @ e + gathered[j].double()) if st.has_m[j] else gathered[j].double()
+        e = st.Ms[j].double().transpose(-1, -2) @ e + gathered[j].double()  # = D_j where M_j = 0
     return e.to(D.dtype)
 
 
@@ -410,7 +407,7 @@ class _CPChunk(torch.autograd.Function):
 
         st = _CPState()
         st.pre, st.post, st.r, st.W, st.group, st.n_local, st.relay = pre, post, r, W, group, n_local, relay
-        st.h0_given, st.Ms, st.has_m, st.M_own, st.qt, st.m_first = h0 is not None, None, None, None, None, None
+        st.h0_given, st.Ms, st.M_own, st.qt, st.m_first = h0 is not None, None, None, None, None
         st.rebuild = None
         if relay:  # sequential: wait for rank r - 1's state, hand ours to rank r + 1
             if pre:
@@ -424,7 +421,7 @@ class _CPChunk(torch.autograd.Function):
             # next rank needs (C with M = 0)
             o, fs, leaves = run_local(h0_loc, local)
             with torch.no_grad():
-                st.Ms, st.has_m, _ = _scan_forward(None, fs[-1].detach() if post else None, HV, K, V, sdt,
+                st.Ms, _ = _scan_forward(None, fs[-1].detach() if post else None, HV, K, V, sdt,
                                                    v.device, group, W, r, False, cpc)
             o_out, fs_out = o.detach(), fs.detach()
         else:
@@ -456,7 +453,7 @@ class _CPChunk(torch.autograd.Function):
                 # (3) share [M | C] of the last sequence (M where the first sequence is the last)
                 # and fold the earlier ranks' maps into the incoming state
                 M = m_first if (post and n_local == 1) else None
-                st.Ms, st.has_m, s_in = _scan_forward(M, fs[-1].detach() if post else None, HV, K, V, sdt,
+                st.Ms, s_in = _scan_forward(M, fs[-1].detach() if post else None, HV, K, V, sdt,
                                                       v.device, group, W, r, True, cpc)
                 # (4) the outputs from the true incoming state: o_t += S_in^T Q~_t on the first
                 # sequence's tokens, its final-state row += M S_in

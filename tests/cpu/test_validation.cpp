@@ -1205,6 +1205,13 @@ TEST(Validation, StateMapOutputs) {
     HostTensor mm64(DType::kFloat64, {c.B, c.HV, c.K, c.K});
     c.fout.state_map_final = mm64.view;
     expect_forward_rejected(c, kInvalid, "state_map_final must be float32");
+    // aliasing: state_map_final inside initial_state ([N, HV, K, V] holds [N, HV, K, K])
+    c.fout.state_map_final = mm.view;
+    c.fout.state_map_final.data = c.h0.view.data;
+    expect_forward_rejected(c, kInvalid, "state_map_final overlaps the input initial_state");
+    c.fout.state_map_final = mm.view;
+    c.fout.state_map_o.data = c.fs.view.data;  // and an output
+    expect_forward_rejected(c, kInvalid, "overlaps the output final_state");
   }
 }
 

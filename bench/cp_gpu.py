@@ -156,7 +156,7 @@ def timed(fn, reps=5, warm=2, barrier=True):
     return sorted(ts)[len(ts) // 2]
 
 
-def scaling(rank, world, dev, T, results, profile=False, no_single=False, t1_ms=None):
+def scaling(rank, world, dev, T, results, profile=False, no_single=False, t1_ms=None, out_dir=None):
     from linattn.cp import build_cp_context
 
     H, K, V = 32, 128, 128
@@ -220,6 +220,8 @@ def scaling(rank, world, dev, T, results, profile=False, no_single=False, t1_ms=
             with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
                 cp()
                 torch.cuda.synchronize()
+            if out_dir:  # every rank's timeline (scripts/trace_timeline.py reads them)
+                pr.export_chrome_trace(os.path.join(out_dir, f"trace-{fam}-rank{rank}.json"))
             if rank == 1:
                 print(f"profile of one CP step ({fam}, rank 1 of {world}):", flush=True)
                 print(pr.key_averages().table(sort_by="cuda_time_total", row_limit=30), flush=True)
@@ -261,7 +263,7 @@ def worker(rank, world, init_file, T, out, cpu=False, exact=True, profile=False,
     if exact:
         exactness(rank, world, dev, results)
     if T > 0:
-        scaling(rank, world, dev, T, results, profile, no_single, t1_ms)
+        scaling(rank, world, dev, T, results, profile, no_single, t1_ms, out)
     if rank == 0:
         info = dict(device="cpu" if cpu else torch.cuda.get_device_name(0), world=world,
                     nccl=None if cpu else ".".join(map(str, torch.cuda.nccl.version())),
@@ -280,7 +282,8 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--cpu", action="store_true", help="smoke-test the script on the CPU backend (gloo)")
     ap.add_argument("--skip-exactness", action="store_true", help="the scaling point only")
-    ap.add_argument("--profile", action="store_true", help="print rank 1's torch.profiler table of one CP step")
+    ap.add_argument("--profile", action="store_true", help="print rank 1's torch.profiler table of one CP step and write every rank's "
+                    "Chrome trace to OUT/trace-FAMILY-rankR.json")
     ap.add_argument("--no-single", action="store_true",
                     help="skip the single-GPU call (a T that does not fit one GPU); efficiency then uses "
                          "--t1-ms, a single-GPU time given (e.g. modelled), or is not computed")

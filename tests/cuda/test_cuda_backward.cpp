@@ -508,6 +508,7 @@ TEST(CudaBackward, GateParameterGradientsOverDraws) {
       double most[kNumGrads] = {};
       for (int draw = 0; draw < 20; ++draw) {
         SCOPED_TRACE("draw " + std::to_string(draw));
+        c.draw = draw;
         check_case(c, false, BwdPath::kAuto, most);
       }
       std::printf("[20 draws] %s %s gate%d safe%d worst:", family_name(cb.fam), dtype_name(dt), int(cb.gate), int(cb.safe));

@@ -200,12 +200,26 @@ struct FinishGB {
   float* dgg_rows = nullptr;
 };
 
+// g's element type in finish_gb: typed loads and stores (a dtype switch per element made ~40% of
+// the kernel's instructions and pushed it past its 40 registers into local memory).
+template <class GT>
+__device__ __forceinline__ float gate_load(const GT* p) {
+  if constexpr (std::is_same_v<GT, double>) return static_cast<float>(*p);
+  else return kern::to_f(*p);
+}
+template <class GT>
+__device__ __forceinline__ void gate_store(GT* p, float x) {
+  if constexpr (std::is_same_v<GT, double>) *p = static_cast<double>(x);
+  else *p = kern::from_f<GT>(x);
+}
+
 // FAST16: 16-bit inputs (their forward's gate transform is the fast one: gate::head_gate_bwd).
 // NPL: channels a lane, ceil(K / 32) rounded up to 4 or 8 (the per-lane arrays' registers set the
-// CTAs an SM, and this kernel runs at the pace of its resident warps).
-template <bool FAST16, int NPL>
+// CTAs an SM, and this kernel runs at the pace of its resident warps). GT: g's (and dg's) type.
+template <bool FAST16, int NPL, class GT>
 __global__ void __launch_bounds__(32 * kGbTokens, NPL == 4 ? 6 : 1) finish_gb_kernel(const FinishGB p) {
   __shared__ float part[kGbTokens][NPL * 32 + 1];  // this block's rows: d(raw g), then da
+  __shared__ float dtb_s[NPL * 32];                // the head's dt_bias, loaded once for 8 tokens
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hv = blockIdx.y;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kGbTokens + warp;
@@ -214,29 +228,31 @@ __global__ void __launch_bounds__(32 * kGbTokens, NPL == 4 ? 6 : 1) finish_gb_ke
   const int K = p.K;
   const int64_t prow = static_cast<int64_t>(blockIdx.x) * p.HV + hv;  // the block's partial row
   const bool sums = p.draw || p.da;
+  const GateArgs& ga = p.ga;
   float d_row[NPL], da_row = 0.f;  // this warp's contributions (0 past the last token)
+  float dgv[NPL], raw[NPL];
 #pragma unroll
-  for (int m = 0; m < NPL; ++m) d_row[m] = 0.f;
-  if (live && p.has_g) {
-    float dgv[NPL];
+  for (int m = 0; m < NPL; ++m) d_row[m] = dgv[m] = raw[m] = 0.f;
+  if (live && p.has_g) {  // every load of the row issued before any is used
+    const GT* gsrc = static_cast<const GT*>(p.g) + row * K;
 #pragma unroll
-    for (int m = 0; m < NPL; ++m) dgv[m] = 0.f;
+    for (int m = 0; m < NPL; ++m)
+      if (lane + 32 * m < K) raw[m] = gate_load(gsrc + lane + 32 * m);
     for (int s = 0; s < p.NS; ++s) {  // channels innermost: the warp's loads in flight together
       const float* src = p.pg + (static_cast<int64_t>(s) * p.tokens * p.HV + row) * K;
 #pragma unroll
       for (int m = 0; m < NPL; ++m)
         if (lane + 32 * m < K) dgv[m] += src[lane + 32 * m];
     }
-    const GateArgs& ga = p.ga;
+  }
+  if (p.has_g) {  // (uniform)
+    for (int c = threadIdx.x; c < K; c += blockDim.x)
+      dtb_s[c] = ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
+    __syncthreads();
+  }
+  if (live && p.has_g) {
     const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
     float da = 0.f;
-    float raw[NPL], dtb[NPL];  // loaded before any store (no alias stalls)
-#pragma unroll
-    for (int m = 0; m < NPL; ++m) {
-      const int c = lane + 32 * m;
-      raw[m] = c < K ? kern::load_any(p.g, p.g_dt, row * K + c) : 0.f;
-      dtb[m] = c < K && ga.has_dtb ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * K + c) : 0.f;
-    }
     // the head's gate decided once (one branch a warp), the element loop without branches
     gate::HeadGate hg;
     hg.kind = ga.kind;
@@ -245,14 +261,15 @@ __global__ void __launch_bounds__(32 * kGbTokens, NPL == 4 ? 6 : 1) finish_gb_ke
     hg.ea = expf(alog);
     hg.lower_bound = ga.lower_bound;
     hg.gamma = 0.f;
+    GT* dg = static_cast<GT*>(p.dg);
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
 #pragma unroll
       for (int m = 0; m < NPL; ++m) {
         const int c = lane + 32 * m;
         if (c < K) {
-          const float d =
-              gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value, FAST16>(hg, raw[m], dtb[m], dgv[m], &da);
-          if (p.dg) stf(p.dg, p.g_dt, row * K + c, d);
+          const float d = gate::head_gate_bwd<decltype(kind)::value, decltype(regular)::value, FAST16>(
+              hg, raw[m], dtb_s[c], dgv[m], &da);
+          if (dg) gate_store(dg + row * K + c, d);
           d_row[m] = d;
         }
       }
@@ -987,7 +1004,15 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
     if (KG > 1) {
       const dim3 grid(static_cast<unsigned>((tokens + kGbTokens - 1) / kGbTokens), static_cast<unsigned>(p.HV));
       auto launch = [&](auto fast16, auto npl) {
-        finish_gb_kernel<decltype(fast16)::value, decltype(npl)::value><<<grid, 32 * kGbTokens, 0, st>>>(fg);
+        auto go = [&](auto gt) {
+          finish_gb_kernel<decltype(fast16)::value, decltype(npl)::value, decltype(gt)><<<grid, 32 * kGbTokens, 0, st>>>(fg);
+        };
+        switch (fg.g_dt) {
+          case 0: go(__half{}); break;
+          case 1: go(__nv_bfloat16{}); break;
+          case 2: go(float{}); break;
+          default: go(double{}); break;
+        }
       };
       const bool fast16 = dt == 0 || dt == 1, narrow = p.K <= 128;
       if (fast16 && narrow) launch(std::true_type{}, std::integral_constant<int, 4>{});

@@ -16,7 +16,7 @@
 //   W = T diag(β) (r_k k ⊙ e^γ), U = T diag(β) v (RS wgmma, as the scalar gate's producer).
 // Three CTAs an SM for both families (~75 KB of shared memory, 168 registers): the work is
 // latency-bound, so resident warps set its speed. One tile per operand is reused as the work moves
-// on (VectorGateSmem), and with the delta rule P_I has one register buffer, not two.
+// on (VectorGateSmem), and P_I has one register buffer, not two.
 // The same quantities as chunk_prep's vector-gate form (chunk_prep.cuh), which other GPUs, fp16 and
 // other head sizes keep.
 // WIDE: the backward's float32 form on bf16 inputs (its recompute): every output in float32 and
@@ -303,16 +303,16 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
   using Acc16 = decltype(partition_fragment_C(mma16, Shape<_64, _16>{}));
   using FragA = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kK / 16>>{}));
   Acc16 accK[4], accQ[4];
-  // P_I double-buffered (built while the previous block's products run), but single with the delta
-  // rule: its registers hold accK there, within three CTAs' 168 a thread. WIDE: one buffer of
-  // hi + lo halves.
-  constexpr int kPBufs = DELTA || WIDE ? 1 : 2;
-  FragA Pa[kPBufs];
-  FragA Plo[1];  // WIDE's low halves (unused otherwise)
+  // One P_I register buffer, built after the previous block's products have read it: with the
+  // delta rule its registers hold accK; without it a second buffer (to build P_I while the previous
+  // products run) spilled base[] at three CTAs' 168 registers and was 4% slower (GLA, H100, session
+  // 24). WIDE: one buffer of hi + lo halves.
+  FragA Pa;
+  FragA Plo;  // WIDE's low halves (unused otherwise)
   auto issue = [&](auto Ic) {
     constexpr int I = decltype(Ic)::value;
-    FragA& A = Pa[I % kPBufs];
-    [[maybe_unused]] FragA& Alo = Plo[0];
+    FragA& A = Pa;
+    [[maybe_unused]] FragA& Alo = Plo;
     // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
     const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1 < I ? w + 1 : 0) * kK : nullptr);
     if (w <= I) {  // warp-uniform
@@ -359,11 +359,11 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
     warpgroup_commit_batch();
   };
   issue(Int<0>{});
-  if constexpr (kPBufs == 1) warpgroup_wait<0>();
+  warpgroup_wait<0>();  // block 0's products have read the buffer
   issue(Int<1>{});
-  warpgroup_wait<kPBufs - 1>();  // block 0's products have read its buffer
+  warpgroup_wait<0>();
   issue(Int<2>{});
-  warpgroup_wait<kPBufs - 1>();
+  warpgroup_wait<0>();
   issue(Int<3>{});
   warpgroup_wait<0>();
 #pragma unroll

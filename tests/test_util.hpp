@@ -7,6 +7,7 @@
 #include <limits>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/dtype.hpp"
@@ -69,6 +70,14 @@ struct HostTensor {
 inline std::mt19937_64& rng() {
   static std::mt19937_64 gen(20261121);
   return gen;
+}
+
+// Seeds rng() from a case's description (FNV-1a of key): the case's inputs are then the same
+// whichever tests ran before it, so a failure reproduces under --gtest_filter or a sanitizer.
+inline void seed_rng(const std::string& key) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : key) h = (h ^ ch) * 1099511628211ull;
+  rng().seed(h);
 }
 
 inline void fill_normal(HostTensor& t, double mean = 0.0, double stddev = 1.0) {

@@ -34,6 +34,7 @@ struct Config {
   bool g_gamma = false;     // simple GLA
   bool bf16_gate = false;   // g in bfloat16 (accepted like float32)
   double scale = 0;         // 0: the default K ** -0.5
+  int draw = 0;             // which of the config's random draws make_data takes
 
   bool delta() const { return family == Family::kKDA || family == Family::kGDN; }
   bool vector_gate() const { return family == Family::kKDA || family == Family::kGLA; }
@@ -91,7 +92,23 @@ inline HostTensor state_tensor(const Config& c, DType dt) {
   return c.v_first ? HostTensor(dt, {c.N(), c.HV(), c.V, c.K}) : HostTensor(dt, {c.N(), c.HV(), c.K, c.V});
 }
 
+// Everything that defines a config's inputs, for seeding its draw (test_util.hpp's seed_rng).
+inline std::string data_key(const Config& c) {
+  std::string k = std::to_string(static_cast<int>(c.family)) + " " + std::to_string(static_cast<int>(c.dtype));
+  for (int64_t x : {c.B, c.T, c.H, c.G, c.K, c.V}) k += " " + std::to_string(x);
+  k += " cu";
+  for (int64_t x : c.cu) k += " " + std::to_string(x);
+  for (bool b : {c.h0, c.final_state, c.v_first, c.l2norm, c.h_out, c.beta_sigmoid, c.neg_eigval, c.has_g,
+                 c.g_gamma, c.bf16_gate})
+    k += b ? '1' : '0';
+  k += " gate" + std::to_string(static_cast<int>(c.gate)) + " scale" + std::to_string(c.scale) + " draw" +
+       std::to_string(c.draw);
+  return k;
+}
+
+// Random inputs of config c, the same values whichever tests ran before (seeded from data_key).
 inline Data make_data(const Config& c) {
+  seed_rng(data_key(c));
   Data d;
   const DType dt = c.dtype, sd = c.side_dtype();
   const int64_t B = c.B, T = c.T, H = c.H, HV = c.HV(), K = c.K, V = c.V;

@@ -250,9 +250,7 @@ inline HostTensor state_tensor(const Case& c, int64_t N, DType dt = DType::kFloa
 inline void seed_inputs(const Case& c, bool backward) {
   std::string key = c.name() + (backward ? " bwd" : " fwd") + " draw" + std::to_string(c.draw) + " cu";
   for (int64_t b : c.cu) key += " " + std::to_string(b);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : key) h = (h ^ ch) * 1099511628211ull;
-  rng().seed(h);
+  seed_rng(key);
 }
 
 inline Inputs make_inputs(const Case& c, bool backward) {

@@ -20,6 +20,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -296,7 +297,9 @@ class Runner:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--out", default=None,
+                   help="results folder (default bench/results; --dry-run and --smoke default to a "
+                        "temporary folder, so that fake or tiny numbers never overwrite the committed ones)")
     p.add_argument("--report", default=None,
                    help="where BENCHMARKS.md goes (default <out>/BENCHMARKS.md; the committed one is the repo root)")
     p.add_argument("--quick", action="store_true", help="fewer variants and shapes (fits ~5 min)")
@@ -410,6 +413,9 @@ def render(json_path: str, report_path: str) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.out is None:
+        args.out = (tempfile.mkdtemp(prefix="linattn-bench-") if args.dry_run or args.smoke
+                    else os.path.join(REPO, "bench", "results"))
     if args.render:
         return render(args.render, args.report or "BENCHMARKS.md")
     os.makedirs(args.out, exist_ok=True)

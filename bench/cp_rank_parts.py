@@ -25,25 +25,15 @@ import torch
 import torch.nn.functional as F
 
 
-def timed(fn, reps=5, warm=2):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
-
-
 def main():
     import linattn
     from linattn._torch_ops import capture_saved_initial_states
     from linattn.cp import _add_incoming_state_term, _incoming_state_gradient
+
+    from cp_gpu import timed as timed_synced  # (bench/ is this script's folder)
+
+    def timed(fn):
+        return timed_synced(fn, barrier=False)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--T", type=int, default=65536)

@@ -1,4 +1,4 @@
-// Every CPU test starts from a generator seeded by its own name (test_util.hpp's seed_rng), so the
+// Every test (CPU and CUDA binaries) starts from a generator seeded by its own name (test_util.hpp's seed_rng), so the
 // values a test draws do not depend on which tests ran before it: a failure reproduces alone
 // (--gtest_filter) and in any order (--gtest_shuffle). make_data reseeds per config on top.
 #include <gtest/gtest.h>

@@ -715,6 +715,8 @@ struct Partials {
   int pg_ld = 1;
   // dg / dβ already written by the chunked pass 2 (WyParams::dg_direct, dbeta): finish_gb skips them
   bool dg_written = false, dbeta_written = false;
+  // dq, dk already written by the chunked pass 2 (WyParams::dq): finish_qk does not run
+  bool dqk_written = false;
 };
 
 // The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
@@ -931,6 +933,14 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.dbeta = p.delta && out.dbeta.present() ? out.dbeta.data : nullptr;
     parts->dg_written = wp.dg_direct != 0;
     parts->dbeta_written = wp.dbeta != nullptr;
+    // dq, dk straight out where finish_qk would only copy the partial: no l2norm backward and no
+    // GVA sum (G = 1). Saves its pass over pq, pk (2 x 268 MB read and 2 x 134 MB written at issue
+    // 17's GLA shape) and halves pass 2's dq, dk stores.
+    if (!l2 && p.G == 1 && out.dq.present() && out.dk.present()) {
+      wp.dq = out.dq.data;
+      wp.dk = out.dk.data;
+    }
+    parts->dqk_written = wp.dq != nullptr;
     if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
     mark("finish_qk");
   }
@@ -955,7 +965,7 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
   float *pq = parts.pq, *pk = parts.pk, *pg = parts.pg, *pb = parts.pb, *draw = parts.draw, *da = parts.da;
   const int NS = parts.NS, KG = parts.KG;
-  if (tokens > 0) {
+  if (tokens > 0 && !parts.dqk_written) {
     const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
     const int K = static_cast<int>(p.K);
     const unsigned nb = blocks_for(tokens * p.H);

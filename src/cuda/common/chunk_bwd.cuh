@@ -182,6 +182,11 @@ struct WyParams {
   void* dg = nullptr;
   int dg_dt = 2;
   void* dbeta = nullptr;
+  // dq and dk written by pass 2 in the caller's dtype (q's, the kernel's In) where the partial is
+  // already the gradient: no l2norm and one value head a key head (G = 1), so finish_qk has nothing
+  // to sum or transform and does not run. Null: the float32 partials pq, pk.
+  void* dq = nullptr;
+  void* dk = nullptr;
 };
 
 // dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).

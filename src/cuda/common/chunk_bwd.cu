@@ -640,6 +640,48 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
                  const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
+  kern::StateParams sp{};
+  sp.W = p.delta ? b.W : nullptr;
+  sp.delta = p.delta ? 1 : 0;
+  sp.U = b.U;
+  sp.Qg = b.Qg;
+  sp.KgT = b.KgT;
+  sp.Aqk = b.Aqk;
+  sp.gexp = b.gexp;
+  sp.seqs = b.seqs;
+  sp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+  sp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+  sp.ht = fo.ht;
+  sp.ht_dt = fo.ht_dt;
+  sp.h = b.h;
+  sp.h_dt = 2;
+  sp.o = fo.o;
+  sp.o_dt = fo.o_dt;
+  sp.hs = fo.hs;
+  sp.chunks = b.chunks;
+  sp.num_chunks = static_cast<int>(p.num_chunks);
+  sp.vnew = b.vnew;
+  sp.N = static_cast<int>(p.N);
+  sp.HV = static_cast<int>(p.HV);
+  sp.K = K;
+  sp.V = V;
+  sp.v_first = p.opt.state_v_first ? 1 : 0;
+  sp.wide16 = cdt == 2 && p.dtype != DType::kFloat32 ? 1 : 0;
+  const config::Staged sg = config::state_stages(cdt, K);
+  sp.stages = sg.stages;
+  if (split) {
+    if (sg.stages == 0 && p.N > 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
+    sp.U_lo = b.U_lo;
+    sp.vnew_lo = b.vnew_lo;  // may be U_lo: each element is read before it is written, same thread
+  }
+  // Without the delta rule V_new = V: where the Hopper state pass runs it reads the v rows, and
+  // chunk_prep writes no U (its copy of V: 128 MiB written and read at the reference shape).
+  if (!p.delta && in_dt_of(p, cdt) < 0) {
+    kern::StateParams rows = sp;
+    rows.U = nullptr;
+    rows.v_raw = f.v.data;
+    if (kern::recurrence_wgmma_applies(cdt, rows)) sp = rows;
+  }
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, f);
     // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
@@ -648,7 +690,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
     pp.q_in_smem = smem.q_in_smem && pp.in_dt < 0;  // 16-bit q under float32 compute: from global memory
     pp.W = p.delta ? b.W : nullptr;  // no delta rule: no W, no M⁻¹
-    pp.U = b.U;
+    pp.U = sp.U ? b.U : nullptr;  // null where the state pass reads the v rows
     pp.Qg = b.Qg;
     pp.KgT = b.KgT;
     pp.Aqk = b.Aqk;
@@ -664,42 +706,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     if (timer) timer->mark("state", st);
   }
   if (p.N > 0) {
-    kern::StateParams sp{};
-    sp.W = p.delta ? b.W : nullptr;
-    sp.delta = p.delta ? 1 : 0;
-    sp.U = b.U;
-    sp.Qg = b.Qg;
-    sp.KgT = b.KgT;
-    sp.Aqk = b.Aqk;
-    sp.gexp = b.gexp;
-    sp.seqs = b.seqs;
-    sp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
-    sp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
-    sp.ht = fo.ht;
-    sp.ht_dt = fo.ht_dt;
-    sp.h = b.h;
-    sp.h_dt = 2;
-    sp.o = fo.o;
-    sp.o_dt = fo.o_dt;
-    sp.hs = fo.hs;
-    sp.chunks = b.chunks;
-    sp.num_chunks = static_cast<int>(p.num_chunks);
-    sp.vnew = b.vnew;
-    sp.N = static_cast<int>(p.N);
-    sp.HV = static_cast<int>(p.HV);
-    sp.K = K;
-    sp.V = V;
-    sp.v_first = p.opt.state_v_first ? 1 : 0;
-    sp.wide16 = cdt == 2 && p.dtype != DType::kFloat32 ? 1 : 0;
-    const config::Staged sg = config::state_stages(cdt, K);
-    const std::size_t smem = sg.smem;
-    sp.stages = sg.stages;
-    if (split) {
-      if (sg.stages == 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
-      sp.U_lo = b.U_lo;
-      sp.vnew_lo = b.vnew_lo;  // may be U_lo: each element is read before it is written, same thread
-    }
-    e = kern::launch_state(cdt, sp, static_cast<int>(smem), st);
+    e = kern::launch_state(cdt, sp, static_cast<int>(sg.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
   }
   return Status::Ok();

@@ -45,10 +45,12 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
   if (p.h) {  // the backward's recompute, and a forward that saves it (then hs for the output kernel)
+    // without the delta rule V_new = V may come from the v rows (v_raw) instead of U
     const bool common = p.h_dt == 2 && p.vnew != nullptr && (p.o == nullptr || p.hs != nullptr) &&
-                        p.trans == nullptr && p.q_raw == nullptr && p.v_raw == nullptr;
+                        p.trans == nullptr && p.q_raw == nullptr && (p.v_raw == nullptr || !p.delta);
     if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh)
-      return common && p.wide16 && p.U_lo == nullptr && p.vnew_lo == nullptr && recurrence_wgmma_supported(1, p.K, p.V);
+      return common && p.v_raw == nullptr && p.wide16 && p.U_lo == nullptr && p.vnew_lo == nullptr &&
+             recurrence_wgmma_supported(1, p.K, p.V);
     return common && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) && (p.U_lo == nullptr || p.delta) &&
            recurrence_wgmma_supported(dtype, p.K, p.V);  // kRecompute
   }
@@ -72,17 +74,15 @@ bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
            recurrence_wgmma_supported(1, p.K, p.V) && (p.V == 64 || p.V == 128) && p.g != nullptr &&
            p.g_gamma == nullptr && p.Qg && p.KgT && p.rowfac == nullptr &&
            (p.delta ? (p.W && p.U && p.Ainv) : (!p.W && !p.U && !p.Ainv));
-  // the backward's exports: M⁻¹ and the split form's low halves, the vector gate with the delta
-  // rule only (without it the backward never splits: config::compute_of)
-  const bool exports = p.Ainv || p.U_lo || p.KgT_lo;
+  const bool exports = p.Ainv || p.U_lo || p.KgT_lo;  // the backward's (vector gate with the delta rule only)
   if (exports && !(vector_gate && p.delta && p.Ainv && (p.U_lo == nullptr) == (p.KgT_lo == nullptr))) return false;
   const bool common = p.Aqk && p.gexp && recurrence_wgmma_supported(dtype, p.K, p.V);
   // with the delta rule U's V tiles are the prep's: V 64 or 128
   const bool v_tiles = !p.delta || p.V == 64 || p.V == 128;
-  if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_gate.cuh says why); GLA's
-                    // forward reads its V from the v rows (no U), its backward's state pass a copy in U
+  if (vector_gate)  // KDA and GLA: Qg and KgT, bf16 only (intra_chunk_vector_gate.cuh says why); GLA reads
+                    // its V from the v rows (no U)
     return common && (p.V == 64 || p.V == 128) && dtype == 1 && p.g != nullptr && p.g_gamma == nullptr && p.Qg &&
-           p.KgT && p.rowfac == nullptr && (p.delta ? (p.W && p.U) : !p.W);
+           p.KgT && p.rowfac == nullptr && (p.delta ? (p.W && p.U) : (!p.W && !p.U));
   // the scalar gate, raw-row outputs: with the delta rule (GDN) W and U; without it (simple GLA,
   // g and / or g_gamma) neither, its V read from the v rows
   return common && v_tiles && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr &&

@@ -503,24 +503,7 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
       }
     }
   }
-  if constexpr (!DELTA) {  // GLA: Qg, KgT, Aqk and exp(γ_C) are all the forward needs
-    if constexpr (!WIDE) {
-      // [backward] U = V for its state pass (the recompute reads U blocks, not the v rows): the
-      // chunk's rows in 16-byte pieces, zero past its end (prep_wgmma_applies: V 64 or 128)
-      if (p.U) {
-        const T* vr = static_cast<const T*>(p.v) + static_cast<int64_t>(t0) * HV * V + static_cast<int64_t>(hv) * V;
-        T* Uo = static_cast<T*>(p.U) + blk * kC * V;
-        const int per = V / 8;
-        for (int e = tid; e < kC * per; e += kThreads) {
-          const int i = e / per, d = (e - i * per) * 8;
-          uint4 x = make_uint4(0u, 0u, 0u, 0u);
-          if (i < Lc) x = *reinterpret_cast<const uint4*>(vr + static_cast<int64_t>(i) * HV * V + d);
-          *reinterpret_cast<uint4*>(Uo + i * V + d) = x;
-        }
-      }
-    }
-    return;
-  }
+  if constexpr (!DELTA) return;  // GLA: Qg, KgT, Aqk and exp(γ_C) are all it needs
   warpgroup_sync<1>();
 
   // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks

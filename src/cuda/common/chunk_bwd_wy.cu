@@ -318,8 +318,9 @@ __device__ __forceinline__ float exp_ftz(float x) {
 // A1_ij / dM_ij broadcast from shared memory. Writes float tiles [64][ldg]:
 //   Dq_i = Σ_j A1_ij k_j Γ_ij,  Dz_i = Σ_{j<i} dM_ij k_j Γ_ij,  Dk_j = Σ_i Γ_ij (A1_ij q_i + β_i dM_ij k_i)
 // (q, k normalised by rq, rk). A pair's two contributions use the same 16-bit A1 / dM, so its gate
-// gradient terms cancel in the sums over rows as in exact arithmetic.
-template <class T, int ld, int ldg>
+// gradient terms cancel in the sums over rows as in exact arithmetic. DM false (no delta rule: dM
+// and β are 0): the dM terms are not formed and Dz is not written.
+template <class T, int ld, int ldg, bool DM>
 __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T* qs, const T* ks, const float* gs,
                                             const float* rq, const float* rk, const float* bet, float* Dq,
                                             float* Dz, float* Dk) {
@@ -345,14 +346,14 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
       const float a = to_f(a1[j]) * G;
       dq = fmaf(a, kh[j], dq);
       dk[j] = fmaf(a, qi, dk[j]);
-      if (j < i) {
+      if (DM && j < i) {
         const float mm = to_f(dm[j]) * G;
         z = fmaf(mm, kh[j], z);
         dk[j] = fmaf(mm, kbi, dk[j]);
       }
     }
     Dq[row * ldg + cc] = dq;
-    Dz[row * ldg + cc] = z;
+    if constexpr (DM) Dz[row * ldg + cc] = z;
   }
 #pragma unroll
   for (int m = 0; m < 16; ++m) Dk[(r0 + m) * ldg + cc] = dk[m];
@@ -366,7 +367,8 @@ __device__ __forceinline__ void diag_blocks(const T* A1s, const T* dMs, const T*
 //   X_ij = Γ_ij (A1_ij ⟨q̂_i, k̂_j⟩ + β_i dM_ij ⟨k̂_i, k̂_j⟩)  (j < i; the pairs of the decayed products)
 // rt, ct, cacc were gathered over the K tiles (the V-side products); the Gram matrices are formed
 // here over K. Writes dg_t as pg's row for (token, value head) ([tokens][HV]), which finish_gb reads.
-template <class T, int ld, int ldg, class In>
+// DM false (no delta rule: β dM is 0): no K Kᵀ Gram matrix.
+template <class T, int ld, int ldg, class In, bool DM>
 __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, const T* dMs, T* qs, T* ks,
                                                const In* qbase, const In* kbase, int64_t qk_row, const float* gsc,
                                                const float* rq, const float* rk, const float* bet,
@@ -384,7 +386,7 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
     land();
     __syncthreads();
     mma_op<T, 1, 4, false, false>(gq, qs, ld, ks, ld, tm0, n0, 0, 64);
-    mma_op<T, 1, 4, false, false>(gk, ks, ld, ks, ld, tm0, n0, 0, 64);
+    if constexpr (DM) mma_op<T, 1, 4, false, false>(gk, ks, ld, ks, ld, tm0, n0, 0, 64);
     __syncthreads();
   }
 #pragma unroll
@@ -395,7 +397,8 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
       float xv = 0.f;
       if (j < i) {
         const float G = __expf(gsc[i] - gsc[j]);
-        xv = G * rk[j] * (to_f(A1s[i * ld + j]) * rq[i] * gq[0][ni][e] + bet[i] * to_f(dMs[i * ld + j]) * rk[i] * gk[0][ni][e]);
+        xv = G * rk[j] * (to_f(A1s[i * ld + j]) * rq[i] * gq[0][ni][e] +
+                          (DM ? bet[i] * to_f(dMs[i * ld + j]) * rk[i] * gk[0][ni][e] : 0.f));
       }
       Xs[i * ldg + j] = xv;
     }
@@ -835,7 +838,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     float* Dq = reinterpret_cast<float*>(un);
     float* Dz = Dq + 64 * ldg;
     float* Dk = Dz + 64 * ldg;
-    diag_blocks<T, ld, ldg>(A1s, dMs, qs, ks, gs, rq, rk, bet, Dq, Dz, Dk);
+    diag_blocks<T, ld, ldg, DELTA>(A1s, dMs, qs, ks, gs, rq, rk, bet, Dq, Dz, Dk);
     __syncthreads();
 
     // fold the V-side products and the diagonal blocks: dq = s E (dO Sᵀ) + Dq, x = dX ⊙ E + Dz,
@@ -852,7 +855,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       for (int ni = 0; ni < 4; ++ni) {
         const int c2 = n0 + 8 * ni + 2 * t;
         const float2 dqd = *reinterpret_cast<const float2*>(Dq + i * ldg + c2);
-        const float2 dzd = *reinterpret_cast<const float2*>(Dz + i * ldg + c2);
+        const float2 dzd = DELTA ? *reinterpret_cast<const float2*>(Dz + i * ldg + c2) : make_float2(0.f, 0.f);
         const float2 dkd = *reinterpret_cast<const float2*>(Dk + i * ldg + c2);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -862,9 +865,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           const float kh = to_f(ks[i * ld + cc]) * rk[i];
           const float kmv = F * an[0][ni][f];
           colp[m] += kh * kmv;
-          const float dqv = scale * E * aq[0][ni][f], xv = -E * ax[0][ni][f];
+          const float dqv = scale * E * aq[0][ni][f], xv = DELTA ? -E * ax[0][ni][f] : 0.f;
           if constexpr (!VEC) {
-            rt[hh] += to_f(qs[i * ld + cc]) * rq[i] * dqv + kh * bet[i] * xv;
+            rt[hh] += to_f(qs[i * ld + cc]) * rq[i] * dqv + (DELTA ? kh * bet[i] * xv : 0.f);
             ct[hh] += kh * kmv;
           }
           dq[hh][m] = dqv + (e ? dqd.y : dqd.x);
@@ -915,7 +918,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     T* Kmin = reinterpret_cast<T*>(un);  // 96 rows: I = 1, 2, 3 -> rows j < 16 I at offsets 0, 16, 48
     T* Qd = Kmin + 96 * ld;              // 48 rows: I = 1, 2, 3 -> rows 16 I .. 16 I + 15 at 16 (I - 1)
     T* Kd = Qd + 48 * ld;                // 48 rows, same, β folded in
-    for (int e = tid; e < 192 * 16; e += kThreads) {
+    constexpr int kDecayRows = DELTA ? 192 : 144;  // Kd (β folded in) only with the delta rule
+    for (int e = tid; e < kDecayRows * 16; e += kThreads) {
       const int R = e >> 4, cc = (e & 15) * 4;
       int row, r;
       const T* src;
@@ -967,6 +971,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           dgam[hh][m] += to_f(Qb[(g + 8 * hh) * ld + cc]) * v;
         }
       }
+      if constexpr (DELTA) {
       zero_acc(a);
       mma_op<T, 1, 4, false, true>(a, dMs, ld, Kb, ld, r, n0, 0, r);
 #pragma unroll
@@ -983,13 +988,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           dgam[hh][m] += to_f(Kdb[(g + 8 * hh) * ld + cc]) * v;
         }
       }
+      }  // DELTA
     }
     for (int I = mt + 1; I < 4; ++I) {  // column side of column block mt, one row block I at a time
       const int r = 16 * I;
       float a[1][4][4];
       zero_acc(a);
       mma_op<T, 1, 4, true, true>(a, A1s + r * ld, ld, Qd + (r - 16) * ld, ld, tm0, n0, 0, 16);
-      mma_op<T, 1, 4, true, true>(a, dMs + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
+      if constexpr (DELTA) mma_op<T, 1, 4, true, true>(a, dMs + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
       const T* Kb = Kmin + kmin_ofs(I) * ld;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -1097,7 +1103,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       __syncthreads();
     }
   }
-  if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
+  if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In, DELTA>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
                                                  ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
   if (tid < Lc) {
     const int64_t r = static_cast<int64_t>(t0 + tid) * HV + hv;

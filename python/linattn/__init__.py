@@ -34,7 +34,7 @@ if _torch is not None:
     )
     from .gla import chunk_gla, fused_recurrent_gla
     from .kda import chunk_kda, fused_recurrent_kda, fused_recurrent_kda_fwd
-    from .simple_gla import chunk_simple_gla, fused_chunk_simple_gla, fused_recurrent_simple_gla
+    from .simple_gla import chunk_simple_gla, fused_chunk_simple_gla, fused_recurrent_simple_gla, parallel_simple_gla
 
     __all__ += [
         "chunk_kda",
@@ -49,5 +49,6 @@ if _torch is not None:
         "chunk_simple_gla",
         "fused_chunk_simple_gla",
         "fused_recurrent_simple_gla",
+        "parallel_simple_gla",
         "reference",
     ]

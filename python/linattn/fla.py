@@ -5,6 +5,7 @@
 * ``fla.ops.kda.chunk_kda``
 * ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``
 * ``fla.ops.simple_gla.fused_chunk_simple_gla``
+* ``fla.ops.simple_gla.parallel_simple_gla``
 
 From then on FLA's own functions, and FLA's layers that call them, run on linattn whenever
 linattn can run the call; otherwise FLA's next backend (finally its Triton code) runs it.
@@ -32,18 +33,19 @@ except ImportError as e:  # FLA < 0.6 has no registry
 import fla.ops.gated_delta_rule  # noqa: F401  (creates the 'gated_delta_rule' registry)
 from fla.ops.kda.chunk import chunk_kda as _fla_chunk_kda
 from fla.ops.simple_gla.fused_chunk import fused_chunk_simple_gla as _fla_fused_chunk_simple_gla
+from fla.ops.simple_gla.parallel import parallel_simple_gla as _fla_parallel_simple_gla
 
 from . import _C
 from ._torch_ops import ValidatedOnly, validate_only
 from .gated_delta_rule import chunk_gated_delta_rule
 from .kda import chunk_kda
-from .simple_gla import fused_chunk_simple_gla
+from .simple_gla import fused_chunk_simple_gla, parallel_simple_gla
 
 __all__ = ["LinattnBackend", "calls"]
 
 # How many calls each entry point dispatched to linattn (a test or a user can see that the
 # backend is really used).
-calls = {"chunk_kda": 0, "chunk_gated_delta_rule": 0, "fused_chunk_simple_gla": 0}
+calls = {"chunk_kda": 0, "chunk_gated_delta_rule": 0, "fused_chunk_simple_gla": 0, "parallel_simple_gla": 0}
 
 
 def _verify(fn, args, kwargs):
@@ -86,6 +88,7 @@ class LinattnBackend(_fla_backends.BaseBackend):
     chunk_kda = _counted("chunk_kda", chunk_kda)
     chunk_gated_delta_rule = _counted("chunk_gated_delta_rule", chunk_gated_delta_rule)
     fused_chunk_simple_gla = _counted("fused_chunk_simple_gla", fused_chunk_simple_gla)
+    parallel_simple_gla = _counted("parallel_simple_gla", parallel_simple_gla)
 
     def chunk_kda_verifier(self, *args, **kwargs):
         return _verify(chunk_kda, args, kwargs)
@@ -96,7 +99,11 @@ class LinattnBackend(_fla_backends.BaseBackend):
     def fused_chunk_simple_gla_verifier(self, *args, **kwargs):
         return _verify(fused_chunk_simple_gla, args, kwargs)
 
+    def parallel_simple_gla_verifier(self, *args, **kwargs):
+        return _verify(parallel_simple_gla, args, kwargs)
+
 
 _fla_backends.register(_fla_chunk_kda)(LinattnBackend)
 _fla_backends.register("gated_delta_rule")(LinattnBackend)
 _fla_backends.register(_fla_fused_chunk_simple_gla)(LinattnBackend)
+_fla_backends.register(_fla_parallel_simple_gla)(LinattnBackend)

@@ -21,7 +21,7 @@ from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_chunked, run_forward_split
 from .ops import FAMILIES
 
-__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla"]
+__all__ = ["chunk_simple_gla", "fused_chunk_simple_gla", "fused_recurrent_simple_gla", "parallel_simple_gla"]
 
 _SGLA = FAMILIES["simple_gla"]
 
@@ -171,3 +171,78 @@ def fused_recurrent_simple_gla(
         cu_seqlens=cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"], scale=scale,
         state_v_first=state_v_first, output_final_state=output_final_state, fn_name=name)
     return finish_output(o, o_dtype, None), fs
+
+
+def parallel_simple_gla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    output_attentions: bool = False,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    cu_seqlens_cpu: Optional[torch.Tensor] = None,
+):
+    r"""Simple GLA with FLA's ``parallel_simple_gla`` interface (``fla.ops.simple_gla``).
+
+    The same function as :func:`chunk_simple_gla` without states (the chunked kernels, with
+    autograd through ``q``, ``k``, ``v`` and ``g``), and optionally the attention scores.
+
+    Args:
+        q, k: ``[B, T, H, K]``; v: ``[B, T, HV, V]``.
+        g: optional per-token log decay ``[B, T, HV]``.
+        scale: query scale, ``None`` for ``K ** -0.5``.
+        output_attentions: also return the scores ``A[b, h, i, j] = scale · q_i·k_j ·
+            exp(G_i − G_j)`` for ``j <= i`` (0 above the diagonal), ``G`` the running sum of
+            ``g``: ``[B, HV, T, T]`` in q's dtype, formed in float32. As in FLA they carry no
+            gradient (FLA's backward ignores theirs; here they are detached), and they are
+            refused with ``cu_seqlens``.
+        cu_seqlens: ``[N + 1]`` boundaries of packed sequences (``B == 1``).
+        cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
+
+    Returns:
+        ``(o, attn)``: ``o: [B, T, HV, V]`` in v's dtype; ``attn`` or None.
+    """
+    name = "parallel_simple_gla"
+    if cu_seqlens is not None and q.shape[0] != 1:
+        raise ValueError(f"{name}: the batch size must be 1 with cu_seqlens (got {q.shape[0]}); "
+                         "flatten variable-length inputs first")
+    if output_attentions and cu_seqlens is not None:
+        raise ValueError(f"{name}: output_attentions=True is not supported with cu_seqlens (as in FLA)")
+    o, _ = chunk_simple_gla(q, k, v, g=g, scale=scale, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu)
+    attn = None
+    if output_attentions:
+        attn = _attention_scores(q, k, v.shape[2], g, k.shape[-1] ** -0.5 if scale is None else scale)
+    return o, attn
+
+
+def _attention_scores(q: torch.Tensor, k: torch.Tensor, HV: int, g: Optional[torch.Tensor], scale: float):
+    """``[B, HV, T, T]``: scale · q_i·k_j · exp(G_i − G_j) on and below the diagonal, in q's dtype.
+
+    G is the running sum of g raised to the kernels' gate floor (-110: a -inf gate is a full
+    forget, and floored gates keep G_i − G_j from becoming -inf − (-inf)), in float64 so that its
+    differences stay exact over long sequences. Rows go in blocks (~256 MB of temporaries)."""
+    with torch.no_grad():
+        B, T, H, _ = q.shape
+        G = HV // H  # value heads per query/key head (GVA)
+        qf = q.float().repeat_interleave(G, dim=2).transpose(1, 2)  # [B, HV, T, K]
+        kf = k.float().repeat_interleave(G, dim=2).transpose(1, 2)
+        cg = None
+        if g is not None:
+            cg = g.double().clamp_min(_GATE_FLOOR).cumsum(dim=1).transpose(1, 2)  # [B, HV, T]
+        attn = torch.zeros(B, HV, T, T, dtype=q.dtype, device=q.device)
+        rows = max(1, (1 << 28) // max(1, B * HV * T * 20))
+        cols = torch.arange(T, device=q.device)
+        for i0 in range(0, T, rows):
+            i1 = min(T, i0 + rows)
+            causal = cols[None, :] <= torch.arange(i0, i1, device=q.device)[:, None]  # [rows, T]
+            s = torch.matmul(qf[:, :, i0:i1], kf.transpose(-1, -2)) * scale  # [B, HV, rows, T]
+            if cg is not None:
+                d = (cg[..., i0:i1, None] - cg[..., None, :]).masked_fill(~causal, float("-inf"))
+                s = s * torch.exp(d).float()
+            attn[:, :, i0:i1] = s.masked_fill(~causal, 0.0).to(q.dtype)
+        return attn
+
+
+# The gate floor of the kernels (src/common/transforms.hpp, kGateFloor)
+_GATE_FLOOR = -110.0

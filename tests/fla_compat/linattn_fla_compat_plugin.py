@@ -6,8 +6,9 @@ only, FLA's public operator functions with linattn's, wrapped to count the calls
 linattn. The reference side (FLA's naive / torch code) is never touched. Which functions count as
 "under test" follows the test's name: a ``test_*fused_recurrent*`` test gets linattn's
 ``fused_recurrent_*`` (and keeps FLA's ``chunk_*``), a ``test_*chunk*`` test gets linattn's
-``chunk_*`` (and keeps FLA's ``fused_recurrent_*`` when that is its reference); any other test
-(FLA's vendor backends, its gates, parallel_simple_gla, ...) tests FLA alone and gets nothing.
+``chunk_*`` (and keeps FLA's ``fused_recurrent_*`` when that is its reference), a
+``test_*parallel*`` test linattn's ``parallel_simple_gla``; any other test (FLA's vendor backends,
+its gates, ...) tests FLA alone and gets nothing.
 Each outcome is then classified:
 
   passed        passed, and at least one call reached linattn
@@ -47,6 +48,7 @@ SUBSTITUTES = {
     "fused_chunk_simple_gla": ("fused_chunk_simple_gla", "chunk"),
     "fused_recurrent_gla": ("fused_recurrent_gla", "fused_recurrent"),
     "fused_recurrent_simple_gla": ("fused_recurrent_simple_gla", "fused_recurrent"),
+    "parallel_simple_gla": ("parallel_simple_gla", "parallel"),
 }
 
 class CPUReferenceUnavailable(RuntimeError):
@@ -143,7 +145,7 @@ def pytest_addoption(parser):
                          "CPU machine, FLA's naive references included); a limit for slower machines")
     group.addoption("--linattn-fla-only", choices=("run", "deselect"), default=None,
                     help="tests in which nothing is substituted (FLA's vendor backends, gates, "
-                         "parallel_simple_gla, internal kernels: they test FLA alone): run them, or "
+                         "internal kernels: they test FLA alone): run them, or "
                          "deselect them; default deselect on cuda (there they only cost FLA's Triton "
                          "compiles: test_gdn's test_prepare_wy_repr_bwd_no_g alone outlasted a "
                          "7-minute device call), run on cpu")
@@ -186,7 +188,7 @@ def _wrap(fla_name: str, fn):
 
 def _kinds_under_test(test_name: str) -> set[str]:
     # FLA's tests of its vendor backends (flash_kda, flash_qla, Ascend) and of kernels linattn
-    # has no counterpart for (parallel_simple_gla, the gates, ...) test FLA, not linattn: nothing
+    # has no counterpart for (the gates, ...) test FLA, not linattn: nothing
     # is substituted there (a chunk_* call in them is their reference).
     if test_name.startswith("test_flash_") or "ascend" in test_name or "blackwell" in test_name:
         return set()
@@ -194,6 +196,8 @@ def _kinds_under_test(test_name: str) -> set[str]:
         return {"fused_recurrent"}
     if "chunk" in test_name:
         return {"chunk"}
+    if "parallel" in test_name:
+        return {"parallel"}
     return set()
 
 

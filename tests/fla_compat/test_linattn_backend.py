@@ -18,6 +18,7 @@ import linattn.fla as lfla  # noqa: E402
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk_gdn  # noqa: E402
 from fla.ops.kda import chunk_kda as fla_chunk_kda  # noqa: E402
 from fla.ops.simple_gla import fused_chunk_simple_gla as fla_fused_chunk_simple_gla  # noqa: E402
+from fla.ops.simple_gla import parallel_simple_gla as fla_parallel_simple_gla  # noqa: E402
 
 DEVICE = os.environ.get("LINATTN_FLA_DEVICE", "cpu")
 
@@ -61,6 +62,22 @@ def test_fla_chunk_gdn_and_fused_chunk_simple_gla_run_on_linattn():
     torch.testing.assert_close(o, ro, rtol=0, atol=0)
     assert lfla.calls["chunk_gated_delta_rule"] == before["chunk_gated_delta_rule"] + 1
     assert lfla.calls["fused_chunk_simple_gla"] == before["fused_chunk_simple_gla"] + 1
+
+
+def test_fla_parallel_simple_gla_runs_on_linattn():
+    q, k, v, g, _, _ = _inputs(vector_gate=False)
+    before = lfla.calls["parallel_simple_gla"]
+    o, attn = fla_parallel_simple_gla(q, k, v, g=g, output_attentions=True)
+    assert lfla.calls["parallel_simple_gla"] == before + 1
+    ro, rattn = linattn.parallel_simple_gla(q, k, v, g=g, output_attentions=True)
+    torch.testing.assert_close(o, ro, rtol=0, atol=0)
+    torch.testing.assert_close(attn, rattn, rtol=0, atol=0)
+    # FLA's rule (B = 1 with cu_seqlens) is linattn's verifier's too: refused, FLA's own code decides
+    backend = lfla.LinattnBackend()
+    ok, why = backend.parallel_simple_gla_verifier(q, k, v, g=g, cu_seqlens=torch.tensor([0, 50, 100], device=DEVICE))
+    assert not ok and "batch size" in why
+    assert backend.parallel_simple_gla_verifier(q, k, v, g=g) == (True, None)
+    assert lfla.calls["parallel_simple_gla"] == before + 1  # the verifier computes nothing
 
 
 def test_verifier_accepts_exactly_what_linattn_runs():

@@ -93,6 +93,11 @@ FLA_SIGNATURES = {
          ("initial_state", None), ("output_final_state", False), ("cu_seqlens", None)],
         False,
     ),
+    "parallel_simple_gla": (
+        [("q", REQ), ("k", REQ), ("v", REQ), ("g", None), ("scale", None), ("output_attentions", False),
+         ("cu_seqlens", None), ("cu_seqlens_cpu", None)],
+        False,
+    ),
 }
 
 ALIASES = {"chunk_gdn": "chunk_gated_delta_rule",
@@ -114,6 +119,7 @@ FLA_FILES = {
     "chunk_gla": "gla/chunk.py",
     "chunk_simple_gla": "simple_gla/chunk.py",
     "fused_chunk_simple_gla": "simple_gla/fused_chunk.py",
+    "parallel_simple_gla": "simple_gla/parallel.py",
     "fused_recurrent_gla": "gla/fused_recurrent.py",
     "fused_recurrent_simple_gla": "simple_gla/fused_recurrent.py",
 }

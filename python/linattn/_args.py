@@ -130,3 +130,24 @@ def finish_output(o, o_dtype, out):
         out.copy_(o)
         return out
     return o.to(o_dtype)
+
+
+def time_reversal(fn_name: str, q, cu_seqlens, cu_seqlens_cpu):
+    """FLA's ``reverse=True`` (the recurrence run from each sequence's last token to its first)
+    as a permutation of the time axis: the forward recurrence of the reversed sequences is exactly
+    the reverse one (same gate per step, same initial and final state). Returns ``flip``, which
+    reverses every sequence of a ``[B, T, ...]`` tensor (None passes through) and is its own
+    inverse. Packed sequences are reversed one by one, from cu_seqlens' host copy."""
+    if cu_seqlens is None:
+        return lambda x: None if x is None else torch.flip(x, dims=[1])
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"{fn_name}: cu_seqlens must be a torch.Tensor, not {type(cu_seqlens).__name__}")
+    host = cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens.detach().cpu()
+    offs = [int(x) for x in host.reshape(-1).tolist()]
+    T = q.shape[1]
+    if len(offs) < 2 or offs[0] != 0 or offs[-1] != T or any(b < a for a, b in zip(offs, offs[1:])):
+        raise ValueError(f"{fn_name}: cu_seqlens must rise from 0 to the packed length {T}; got "
+                         f"{offs[:6]}{' ...' if len(offs) > 6 else ''}")
+    parts = [torch.arange(b - 1, a - 1, -1, dtype=torch.long) for a, b in zip(offs[:-1], offs[1:])]
+    idx = torch.cat(parts).to(q.device)
+    return lambda x: None if x is None else x.index_select(1, idx)

@@ -12,7 +12,8 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, finish_output, state_in_float32, state_layout, take_kwargs)
+from ._args import (align_qkv_dtypes, finish_output, state_in_float32, state_layout, take_kwargs,
+                    time_reversal)
 from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_chunked
 from .ops import FAMILIES
@@ -105,9 +106,10 @@ def fused_recurrent_gla(
     r"""GLA with FLA's ``fused_recurrent_gla`` interface: the same function as :func:`chunk_gla`
     (the chunked kernels, with autograd) with the per-key decay ``gk: [B, T, H, K]`` (None: no
     decay); short calls that need no gradient (decoding) run the recurrent decode kernels, as
-    :func:`fused_recurrent_kda` does. FLA's per-value decay ``gv`` and ``reverse=True``
-    (right-to-left) are not supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be
-    passed as a keyword.
+    :func:`fused_recurrent_kda` does. ``reverse=True`` runs each sequence from its last token to
+    its first (FLA's semantics: the kernels on the time-reversed sequences, ``o`` reversed back;
+    the final state is the state after each sequence's first token). FLA's per-value decay ``gv``
+    is not supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
 
     Returns:
         ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
@@ -118,9 +120,12 @@ def fused_recurrent_gla(
     if gv is not None:
         raise NotImplementedError(f"{name}: the per-value decay gv is not supported by linattn; "
                                   "pass the per-key decay gk (chunk_gla's g)")
-    if reverse:
-        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
-                                  "linattn; for equal-length sequences flip q, k, v, gk along T and flip o back")
+    if reverse and all(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in (q, k, v)):
+        flip = time_reversal(name, q, cu_seqlens, extra["cu_seqlens_cpu"])
+        o, fs = fused_recurrent_gla(flip(q), flip(k), flip(v), flip(gk), None, scale, initial_state,
+                                    output_final_state, False, state_v_first, cu_seqlens,
+                                    cu_seqlens_cpu=extra["cu_seqlens_cpu"])
+        return flip(o), fs
     if gk is None and isinstance(k, torch.Tensor):
         gk = torch.zeros(k.shape, dtype=torch.float64 if k.dtype == torch.float64 else torch.float32,
                          device=k.device)

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, refuse_head_first, state_in_float32,
-                    state_layout, take_kwargs)
+                    state_layout, take_kwargs, time_reversal)
 from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_chunked, run_forward_split
 from .ops import FAMILIES
@@ -146,8 +146,10 @@ def fused_recurrent_simple_gla(
 ):
     r"""Simple GLA with FLA's ``fused_recurrent_simple_gla`` interface: the same function as
     :func:`chunk_simple_gla` (the chunked kernels, with autograd); short calls that need no
-    gradient (decoding) run the recurrent decode kernels, as :func:`fused_recurrent_kda` does. ``reverse=True`` is not
-    supported (``NotImplementedError``). ``cu_seqlens_cpu`` may be passed as a keyword.
+    gradient (decoding) run the recurrent decode kernels, as :func:`fused_recurrent_kda` does.
+    ``reverse=True`` runs each sequence from its last token to its first (FLA's semantics: the
+    kernels on the time-reversed sequences, ``o`` reversed back; the final state is the state
+    after each sequence's first token). ``cu_seqlens_cpu`` may be passed as a keyword.
 
     Returns:
         ``(o, final_state)``; ``final_state`` is None unless ``output_final_state``.
@@ -155,9 +157,12 @@ def fused_recurrent_simple_gla(
     name = "fused_recurrent_simple_gla"
     state_v_first = state_layout(name, state_v_first, kwargs)
     extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
-    if reverse:
-        raise NotImplementedError(f"{name}: reverse=True (the right-to-left recurrence) is not supported by "
-                                  "linattn; for equal-length sequences flip q, k, v, g along T and flip o back")
+    if reverse and all(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in (q, k, v)):
+        flip = time_reversal(name, q, cu_seqlens, extra["cu_seqlens_cpu"])
+        o, fs = fused_recurrent_simple_gla(flip(q), flip(k), flip(v), flip(g), g_gamma, scale, initial_state,
+                                           output_final_state, False, state_v_first, cu_seqlens,
+                                           cu_seqlens_cpu=extra["cu_seqlens_cpu"])
+        return flip(o), fs
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     if short_no_grad_call(name, q, v, cu_seqlens, q, k, v, g, g_gamma, initial_state):
         # short calls without gradients (decoding): the recurrent decode kernels, as fused_recurrent_kda

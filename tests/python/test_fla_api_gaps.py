@@ -236,14 +236,10 @@ def test_fused_recurrent_gla_and_simple_gla():
     torch.testing.assert_close(o, ro, rtol=0, atol=0)
     with pytest.raises(NotImplementedError, match="gv"):
         linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gv=torch.zeros_like(t["v"]))
-    with pytest.raises(NotImplementedError, match="reverse"):
-        linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gk=t["g"], reverse=True)
     s, _ = make_inputs("simple_gla", B=2, T=40, H=2, K=16, V=16, g_gamma=True)
     o, _ = linattn.fused_recurrent_simple_gla(s["q"], s["k"], s["v"], g=s["g"], g_gamma=s["g_gamma"])
     ro, _ = linattn.chunk_simple_gla(s["q"], s["k"], s["v"], g=s["g"], g_gamma=s["g_gamma"])
     torch.testing.assert_close(o, ro, rtol=0, atol=0)
-    with pytest.raises(NotImplementedError, match="reverse"):
-        linattn.fused_recurrent_simple_gla(s["q"], s["k"], s["v"], g=s["g"], reverse=True)
 
 
 def _naive_gla(q, k, v, g, h0, scale):
@@ -329,3 +325,79 @@ def test_delta_rule_value_size_above_256(family):
     with pytest.raises(NotImplementedError, match="K = 300"):
         fn(torch.randn(1, 4, 1, 300), torch.randn(1, 4, 1, 300), torch.randn(1, 4, 1, 8),
            torch.zeros(1, 4, 1, 300) if family == "kda" else torch.zeros(1, 4, 1), torch.rand(1, 4, 1))
+
+
+def _naive_reverse(q, k, v, g, h0, scale, seqs):
+    """FLA's reverse=True in float64, token by token from each sequence's end: S_t = Diag(exp(g_t))
+    S_{t+1} + k_t v_t^T, o_t = scale S_t^T q_t; g [B, T, H, K]. seqs: [(b, start, end)]."""
+    o = torch.zeros(v.shape, dtype=torch.float64)
+    finals = []
+    for n, (b, a, e) in enumerate(seqs):
+        S = h0[n].clone()
+        for t in range(e - 1, a - 1, -1):
+            S = torch.exp(g[b, t])[..., None] * S + k[b, t, :, :, None] * v[b, t, :, None, :]
+            o[b, t] = scale * torch.einsum("hk,hkv->hv", q[b, t], S)
+        finals.append(S)
+    return o, torch.stack(finals)
+
+
+@pytest.mark.parametrize("family", ["gla", "simple_gla"])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fused_recurrent_reverse(family, varlen):
+    # FLA's reverse=True: every output and gradient against a float64 right-to-left recurrence
+    gen = torch.Generator().manual_seed(5)
+    rn = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    H, K, V = 2, 16, 8
+    if varlen:
+        cu = [0, 7, 7, 30, 41]
+        B, T = 1, cu[-1]
+        seqs = [(0, a, e) for a, e in zip(cu[:-1], cu[1:])]
+    else:
+        B, T = 2, 23
+        seqs = [(b, 0, T) for b in range(B)]
+    q, k, v = rn(B, T, H, K), rn(B, T, H, K) * 0.3, rn(B, T, H, V)
+    h0 = rn(len(seqs), H, K, V) * 0.1
+    g = torch.nn.functional.logsigmoid(rn(B, T, H, K if family == "gla" else 1)) / 4
+    gamma = -torch.rand(H, generator=gen, dtype=torch.float64) / 8
+    scale = 0.4
+    xs = [x.clone().float().requires_grad_() for x in (q, k, v, g, h0, gamma)]
+    kw = dict(scale=scale, initial_state=xs[4], output_final_state=True, reverse=True)
+    if varlen:
+        kw["cu_seqlens"] = torch.tensor(cu)
+    if family == "gla":
+        o, ht = linattn.fused_recurrent_gla(xs[0], xs[1], xs[2], gk=xs[3], **kw)
+    else:
+        o, ht = linattn.fused_recurrent_simple_gla(xs[0], xs[1], xs[2], g=xs[3][..., 0], g_gamma=xs[5], **kw)
+    rs = [x.clone().requires_grad_() for x in (q, k, v, g, h0, gamma)]
+    rg = rs[3] if family == "gla" else (rs[3] + rs[5][:, None]).expand(B, T, H, K)
+    ro, rht = _naive_reverse(rs[0], rs[1], rs[2], rg, rs[4], scale, seqs)
+    assert_close("o", o, ro, torch.float32)
+    assert_close("final_state", ht, rht, torch.float32)
+    do, dht = rn(*o.shape), rn(*ht.shape)
+    torch.autograd.backward([o, ht], [do.float(), dht.float()])
+    torch.autograd.backward([ro, rht], [do, dht])
+    names = ["q", "k", "v", "g", "h0"] + ([] if family == "gla" else ["g_gamma"])
+    for n, x, r in zip(names, xs, rs):
+        assert x.grad is not None, n
+        assert_close("d" + n, x.grad, r.grad, torch.float32)
+
+
+def test_fused_recurrent_reverse_no_grad_decode_path():
+    # short calls without gradients take the decode kernels: reversed the same way
+    t, _ = make_inputs("gla", B=1, T=5, H=2, K=16, V=16)
+    with torch.no_grad():
+        o, ht = linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], gk=t["g"], initial_state=t["initial_state"],
+                                            output_final_state=True, reverse=True)
+        f = lambda x: torch.flip(x, dims=[1])  # noqa: E731
+        ro, rht = linattn.fused_recurrent_gla(f(t["q"]), f(t["k"]), f(t["v"]), gk=f(t["g"]),
+                                              initial_state=t["initial_state"], output_final_state=True)
+    torch.testing.assert_close(o, f(ro), rtol=0, atol=0)
+    torch.testing.assert_close(ht, rht, rtol=0, atol=0)
+
+
+def test_fused_recurrent_reverse_bad_cu_seqlens():
+    t, _ = make_inputs("simple_gla", B=1, T=20, H=2, K=16, V=16)
+    for bad in ([0, 25], [0, 12, 8, 20], [3, 20]):
+        with pytest.raises(ValueError, match="cu_seqlens"):
+            linattn.fused_recurrent_simple_gla(t["q"], t["k"], t["v"], g=t["g"], reverse=True,
+                                               cu_seqlens=torch.tensor(bad))

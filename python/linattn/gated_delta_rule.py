@@ -186,9 +186,11 @@ def fused_recurrent_gated_delta_rule(
     :func:`linattn.fused_recurrent_kda` and select the decode path (no backward). Gates, as in FLA:
 
     * ``g: [B, T, HV]`` scalar decay (raw with ``use_gate_in_kernel``, needing ``A_log``);
-    * ``gk: [B, T, HV, K]`` per-key decay instead of ``g`` (this is KDA);
-    * neither: no decay; ``gv`` (per-value decay) and ``g`` together with ``gk`` are not
-      supported (``NotImplementedError``).
+    * ``gk: [B, T, HV, K]`` per-key decay (this is KDA);
+    * ``g`` and ``gk`` together: both decays, ``exp(g_t) Diag(exp(gk_t))`` = the per-key decay
+      ``gk + g`` (FLA multiplies the state by each in turn), with gradients for both; not with
+      ``use_gate_in_kernel`` (``NotImplementedError``);
+    * neither: no decay; ``gv`` (per-value decay) is not supported (``NotImplementedError``).
 
     ``beta: [B, T, HV]`` defaults to ones. Other arguments as in
     :func:`chunk_gated_delta_rule`; ``cu_seqlens_cpu`` is an optional host copy of
@@ -202,10 +204,20 @@ def fused_recurrent_gated_delta_rule(
     take_kwargs(name, kwargs, {})
     if gv is not None:
         raise NotImplementedError(f"{name}: the per-value gate gv is not supported by linattn")
-    if g is not None and gk is not None:
-        raise NotImplementedError(f"{name}: g and gk together are not supported by linattn; pass one")
     if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
         raise TypeError(f"{name}: q, k and v must be torch.Tensors")
+    if g is not None and gk is not None:
+        # FLA scales the state by exp(g_t), then by Diag(exp(gk_t)): one per-key decay gk + g
+        if use_gate_in_kernel:
+            raise NotImplementedError(f"{name}: gk together with the in-kernel gate (use_gate_in_kernel) is "
+                                      "not supported by linattn; pass log-space g and gk, or gk alone")
+        if not (isinstance(g, torch.Tensor) and isinstance(gk, torch.Tensor)) or g.dim() != 3 or \
+                gk.dim() != 4 or tuple(g.shape) != tuple(gk.shape[:3]):
+            shape = lambda x: tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__  # noqa: E731
+            raise ValueError(f"{name}: with both gates g must be [B, T, HV] and gk [B, T, HV, K]; got g "
+                             f"{shape(g)}, gk {shape(gk)}")
+        gk = gk + g.unsqueeze(-1)
+        g = None
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     initial_state = fused_recurrent_states(
         initial_state, ssm_state_indices is not None or bool(inplace_final_state))

@@ -81,8 +81,13 @@ def test_unsupported_fla_arguments(kda):
         linattn.chunk_gdn(t["q"], t["k"], t["v"], t["g"], t["beta"], head_first=True)
     with pytest.raises(NotImplementedError, match="gv"):
         linattn.fused_recurrent_gdn(t["q"], t["k"], t["v"], gv=torch.zeros(1, 8, 2, 8))
-    with pytest.raises(NotImplementedError, match="g and gk"):
-        linattn.fused_recurrent_gdn(t["q"], t["k"], t["v"], g=t["g"], gk=torch.zeros(1, 8, 2, 8))
+    with pytest.raises(ValueError, match="both gates"):  # g [B, T, HV] and gk [B, T, HV, K] must agree
+        linattn.fused_recurrent_gdn(t["q"], t["k"], t["v"], g=t["g"], gk=torch.zeros(1, 8, 3, 8))
+    with pytest.raises(ValueError, match="both gates"):
+        linattn.fused_recurrent_gdn(t["q"], t["k"], t["v"], g=t["g"][..., None], gk=torch.zeros(1, 8, 2, 8))
+    with pytest.raises(NotImplementedError, match="in-kernel gate"):
+        linattn.fused_recurrent_gdn(t["q"], t["k"], t["v"], g=t["g"], gk=torch.zeros(1, 8, 2, 8),
+                                    use_gate_in_kernel=True, A_log=torch.zeros(2))
 
 
 def test_unknown_kwargs_raise_type_error(kda):

@@ -401,3 +401,45 @@ def test_fused_recurrent_reverse_bad_cu_seqlens():
         with pytest.raises(ValueError, match="cu_seqlens"):
             linattn.fused_recurrent_simple_gla(t["q"], t["k"], t["v"], g=t["g"], reverse=True,
                                                cu_seqlens=torch.tensor(bad))
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fused_recurrent_gdn_with_g_and_gk(varlen):
+    # FLA scales the state by exp(g_t) and by Diag(exp(gk_t)) in turn: every output and gradient
+    # against a float64 delta-rule recurrence with both decays
+    gen = torch.Generator().manual_seed(11)
+    rn = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    H, K, V = 2, 16, 8
+    cu = [0, 9, 9, 26] if varlen else None
+    B, T = (1, 26) if varlen else (2, 21)
+    seqs = [(0, a, e) for a, e in zip(cu[:-1], cu[1:])] if varlen else [(b, 0, T) for b in range(B)]
+    q, v = rn(B, T, H, K), rn(B, T, H, V)
+    k = torch.nn.functional.normalize(rn(B, T, H, K), dim=-1)
+    g = torch.nn.functional.logsigmoid(rn(B, T, H)) / 4
+    gk = torch.nn.functional.logsigmoid(rn(B, T, H, K)) / 8
+    beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64) * 0.9 + 0.05
+    h0 = rn(len(seqs), H, K, V) * 0.1
+    xs = [x.clone().float().requires_grad_() for x in (q, k, v, g, gk, beta, h0)]
+    o, ht = linattn.fused_recurrent_gdn(xs[0], xs[1], xs[2], g=xs[3], gk=xs[4], beta=xs[5], initial_state=xs[6],
+                                        output_final_state=True,
+                                        cu_seqlens=None if cu is None else torch.tensor(cu))
+    rs = [x.clone().requires_grad_() for x in (q, k, v, g, gk, beta, h0)]
+    ro = torch.zeros(v.shape, dtype=torch.float64)
+    finals = []
+    for n, (b, a, e) in enumerate(seqs):
+        S = rs[6][n]
+        for t in range(a, e):
+            S = torch.exp(rs[3][b, t])[:, None, None] * torch.exp(rs[4][b, t])[..., None] * S
+            vnew = rs[2][b, t] - torch.einsum("hk,hkv->hv", rs[1][b, t], S)
+            S = S + rs[5][b, t][:, None, None] * rs[1][b, t][..., None] * vnew[:, None, :]
+            ro[b, t] = K ** -0.5 * torch.einsum("hk,hkv->hv", rs[0][b, t], S)
+        finals.append(S)
+    rht = torch.stack(finals)
+    assert_close("o", o, ro, torch.float32)
+    assert_close("final_state", ht, rht, torch.float32)
+    do, dht = rn(*o.shape), rn(*ht.shape)
+    torch.autograd.backward([o, ht], [do.float(), dht.float()])
+    torch.autograd.backward([ro, rht], [do, dht])
+    for n, x, r in zip(["q", "k", "v", "g", "gk", "beta", "h0"], xs, rs):
+        assert x.grad is not None, n
+        assert_close("d" + n, x.grad, r.grad, torch.float32)

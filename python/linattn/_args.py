@@ -151,3 +151,11 @@ def time_reversal(fn_name: str, q, cu_seqlens, cu_seqlens_cpu):
     parts = [torch.arange(b - 1, a - 1, -1, dtype=torch.long) for a, b in zip(offs[:-1], offs[1:])]
     idx = torch.cat(parts).to(q.device)
     return lambda x: None if x is None else x.index_select(1, idx)
+
+
+def run_reversed(fn_name: str, q, k, v, gate, cu_seqlens, cu_seqlens_cpu, run):
+    """``reverse=True`` of a fused_recurrent function: ``run(q, k, v, gate)`` (the forward call)
+    on the time-reversed sequences, its ``o`` reversed back; returns ``(o, final_state)``."""
+    flip = time_reversal(fn_name, q, cu_seqlens, cu_seqlens_cpu)
+    o, fs = run(flip(q), flip(k), flip(v), flip(gate))
+    return flip(o), fs

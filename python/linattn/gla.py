@@ -12,8 +12,8 @@ from typing import Optional
 
 import torch
 
-from ._args import (align_qkv_dtypes, finish_output, state_in_float32, state_layout, take_kwargs,
-                    time_reversal)
+from ._args import (align_qkv_dtypes, finish_output, run_reversed, state_in_float32, state_layout,
+                    take_kwargs)
 from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_chunked
 from .ops import FAMILIES
@@ -121,11 +121,10 @@ def fused_recurrent_gla(
         raise NotImplementedError(f"{name}: the per-value decay gv is not supported by linattn; "
                                   "pass the per-key decay gk (chunk_gla's g)")
     if reverse and all(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in (q, k, v)):
-        flip = time_reversal(name, q, cu_seqlens, extra["cu_seqlens_cpu"])
-        o, fs = fused_recurrent_gla(flip(q), flip(k), flip(v), flip(gk), None, scale, initial_state,
-                                    output_final_state, False, state_v_first, cu_seqlens,
-                                    cu_seqlens_cpu=extra["cu_seqlens_cpu"])
-        return flip(o), fs
+        def forward(*x):
+            return fused_recurrent_gla(*x, None, scale, initial_state, output_final_state, False, state_v_first,
+                                       cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"])
+        return run_reversed(name, q, k, v, gk, cu_seqlens, extra["cu_seqlens_cpu"], forward)
     if gk is None and isinstance(k, torch.Tensor):
         gk = torch.zeros(k.shape, dtype=torch.float64 if k.dtype == torch.float64 else torch.float32,
                          device=k.device)

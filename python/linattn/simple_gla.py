@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from ._args import (align_qkv_dtypes, check_chunk_size, finish_output, refuse_head_first, state_in_float32,
-                    state_layout, take_kwargs, time_reversal)
+                    run_reversed, state_layout, take_kwargs)
 from ._decode import run_decode, short_no_grad_call
 from ._torch_ops import run_chunked, run_forward_split
 from .ops import FAMILIES
@@ -158,11 +158,10 @@ def fused_recurrent_simple_gla(
     state_v_first = state_layout(name, state_v_first, kwargs)
     extra = take_kwargs(name, kwargs, {"cu_seqlens_cpu": None})
     if reverse and all(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in (q, k, v)):
-        flip = time_reversal(name, q, cu_seqlens, extra["cu_seqlens_cpu"])
-        o, fs = fused_recurrent_simple_gla(flip(q), flip(k), flip(v), flip(g), g_gamma, scale, initial_state,
-                                           output_final_state, False, state_v_first, cu_seqlens,
-                                           cu_seqlens_cpu=extra["cu_seqlens_cpu"])
-        return flip(o), fs
+        def forward(*x):
+            return fused_recurrent_simple_gla(*x, g_gamma, scale, initial_state, output_final_state, False,
+                                              state_v_first, cu_seqlens, cu_seqlens_cpu=extra["cu_seqlens_cpu"])
+        return run_reversed(name, q, k, v, g, cu_seqlens, extra["cu_seqlens_cpu"], forward)
     q, k, v, o_dtype = align_qkv_dtypes(q, k, v)
     if short_no_grad_call(name, q, v, cu_seqlens, q, k, v, g, g_gamma, initial_state):
         # short calls without gradients (decoding): the recurrent decode kernels, as fused_recurrent_kda
@@ -209,7 +208,7 @@ def parallel_simple_gla(
         ``(o, attn)``: ``o: [B, T, HV, V]`` in v's dtype; ``attn`` or None.
     """
     name = "parallel_simple_gla"
-    if cu_seqlens is not None and q.shape[0] != 1:
+    if cu_seqlens is not None and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[0] != 1:
         raise ValueError(f"{name}: the batch size must be 1 with cu_seqlens (got {q.shape[0]}); "
                          "flatten variable-length inputs first")
     if output_attentions and cu_seqlens is not None:

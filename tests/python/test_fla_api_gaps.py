@@ -401,6 +401,8 @@ def test_fused_recurrent_reverse_bad_cu_seqlens():
         with pytest.raises(ValueError, match="cu_seqlens"):
             linattn.fused_recurrent_simple_gla(t["q"], t["k"], t["v"], g=t["g"], reverse=True,
                                                cu_seqlens=torch.tensor(bad))
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        linattn.fused_recurrent_gla(t["q"], t["k"], t["v"], reverse=True, cu_seqlens=[0, 20])
 
 
 @pytest.mark.parametrize("varlen", [False, True])

@@ -113,6 +113,8 @@ def test_fla_argument_rules():
     one = {n: t[n][:1] for n in ("q", "k", "v", "g")}
     with pytest.raises(ValueError, match="output_attentions"):
         linattn.parallel_simple_gla(one["q"], one["k"], one["v"], one["g"], output_attentions=True, cu_seqlens=cu)
+    with pytest.raises(TypeError):  # not a tensor: a clear error, not an AttributeError
+        linattn.parallel_simple_gla(t["q"].tolist(), t["k"], t["v"], t["g"], cu_seqlens=cu)
     # bad input reaches the core's validation with a clear error
     with pytest.raises(ValueError):
         linattn.parallel_simple_gla(t["q"], t["k"][:, :, :1], t["v"], t["g"])

@@ -468,7 +468,7 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 //   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256; Aqk/pb, Ainv 2 x 128; gexp 4;
 //     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB), whatever the input type
 //     (16-bit inputs were widened into float32 copies until session 19: 1 GiB more).
-//   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h, dh 2 x 512; vnew, dN 2 x 128;
+//   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h 512, dh 256; vnew, dN 2 x 128;
 //     pq, pk, pg 3 x 256; pb 2: 2694 MiB (2.63 GiB); split adds U_lo, KgT_lo, dN_lo, dY_lo
 //     4 x 128 and reuses W's region for the partials: 2.57 GiB.
 //   split from saved: pq, pk, pg 3 x 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 1794 MiB,
@@ -520,9 +520,11 @@ struct ChunkPlan {
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       f.gexp = o; o = align_up(o + nb * K * 4);
       f.h = o; o = align_up(o + nb * K * V * 4);
-      f.vnew = o; o = align_up(o + nb * kC * V * es);
+      // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
+      // Hopper state pass writes it regardless)
+      if (p.delta || f32) { f.vnew = o; o = align_up(o + nb * kC * V * es); }
     }
-    dh = o; o = align_up(o + nb * K * V * 4);
+    dh = o; o = align_up(o + nb * K * V * es);  // the compute type (DhParams::dh)
     dN = o; o = align_up(o + nb * kC * V * es);
     if (split) {
       if (!saved) { f.U_lo = o; o = align_up(o + nb * kC * V * es); f.vnew_lo = f.U_lo; }
@@ -841,6 +843,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, timer); !fs.ok()) return fs;
     mark("pass1");
   }
+  bool dv_from_pass1 = false;
   if (p.N > 0) {
     // ---- pass 1: dh, dN (sequential over chunks), dh0
     DhParams dp{};
@@ -857,7 +860,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     dp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
     dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
     dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
-    dp.dh = reinterpret_cast<float*>(base + pl.dh);
+    dp.dh = base + pl.dh;
     dp.dN = base + pl.dN;
     dp.N = static_cast<int>(p.N);
     dp.HV = static_cast<int>(p.HV);
@@ -869,6 +872,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       dp.dN_lo = base + pl.dN_lo;
     }
     if (dh_wgmma_applies(cdt, dp)) {
+      // no delta rule, 16-bit compute (the caller's dtype): pass 1 writes dv itself (dN is dv)
+      if (!p.delta && cdt == dt && out.dv.present()) dp.dv = out.dv.data;
       e = launch_dh_wgmma(cdt, dp, st);
     } else {
       const config::Staged sg = config::dh_stages(cdt, K, pl.split);
@@ -877,6 +882,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       e = launch_dh(cdt, dp, static_cast<int>(sg.smem), st);
     }
     if (e != cudaSuccess) return cuda_error("dh launch", e);
+    dv_from_pass1 = dp.dv != nullptr;
     mark("pass2");
   }
   if (p.num_chunks > 0) {
@@ -908,11 +914,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.vnew = fb.vnew;
     wp.h = fb.h;
     wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
-    wp.dh = reinterpret_cast<const float*>(base + pl.dh);
+    wp.dh = base + pl.dh;
     wp.dN = base + pl.dN;
     wp.dY = base + pl.dY;
     wp.dv = out.dv.data;
     wp.dv_dt = dt;
+    wp.dv_written = dv_from_pass1 ? 1 : 0;
     wp.pq = reinterpret_cast<float*>(base + pl.pq);
     wp.pk = reinterpret_cast<float*>(base + pl.pk);
     wp.pg = reinterpret_cast<float*>(base + pl.pg);

@@ -100,7 +100,7 @@ cudaError_t launch_token_bwd(const TokenParams& p, cudaStream_t s);
 // (chunk_prep, Ainv output) and the chunk-start states h plus V_new (chunk_state, h / vnew
 // outputs, O skipped). Then:
 //   pass 1  dh_kernel: one CTA per (V tile, value head, sequence), chunks last to first, the
-//           dS tile in float32 registers: stores dh[c] = dL/dS after chunk c (float32) and
+//           dS tile in float32 registers: stores dh[c] = dL/dS after chunk c (compute type) and
 //           dN = dL/dV_new (compute type); dh0 at the end.
 //   pass 2  wy_kernel: one CTA per (chunk, value head): dv (final) and this value head's
 //           float32 partials dq, dk (NS = 1) for the finish kernels, dβ, and dg (or, for an
@@ -115,7 +115,9 @@ struct DhParams {
   int dht_dt;
   void* dh0;        // optional
   int dh0_dt;
-  float* dh;        // [blocks][K][V]
+  // [blocks][K][V] in the compute type (float32 in the float32 form): pass 2 reads dS⁺ in it as
+  // the operand of N dS⁺ᵀ anyway; a 16-bit dh halves pass 1's largest store and pass 2's read
+  void* dh;
   void* dN;         // [blocks][64][V], compute type
   int N, HV, K, V, v_first, stages;
   // The delta rule (KDA, GDN). 0 (GLA, simple GLA): V_new = V, no −Wᵀ dN term, W not read.
@@ -127,6 +129,10 @@ struct DhParams {
   // dO's dtype code when it differs from the compute type: the float32 form on the caller's
   // 16-bit dO (exact in float32; read as such, no float32 copy); -1: the compute type.
   int d_o_dt = -1;
+  // Without the delta rule dN is dv itself: the Hopper pass 1 in a 16-bit compute type (the
+  // caller's dtype) writes it straight into dv's rows ([tokens][HV][V]) here instead of dN, and
+  // pass 2 neither reads dN nor writes dv (WyParams::dv_written). Null: dN as above.
+  void* dv = nullptr;
 };
 
 struct WyGate {
@@ -155,7 +161,7 @@ struct WyParams {
   const void* vnew;  // [blocks][64][V]
   const float* h;    // [blocks][K][V] ([V][K] when h_vfirst)
   int h_vfirst;
-  const float* dh;   // [blocks][K][V]
+  const void* dh;    // [blocks][K][V], compute type (DhParams::dh)
   const void* dN;    // [blocks][64][V]
   void* dY;          // scratch [blocks][64][V]
   void* dv;          // output [tokens][HV][V]
@@ -187,6 +193,8 @@ struct WyParams {
   // to sum or transform and does not run. Null: the float32 partials pq, pk.
   void* dq = nullptr;
   void* dk = nullptr;
+  // dv already written by pass 1 (DhParams::dv; no delta rule only): phase A reads no dN.
+  int dv_written = 0;
 };
 
 // dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).

@@ -80,7 +80,7 @@ __device__ __forceinline__ void tile_in(T* dst, int sld, const In* src, int64_t 
 // ================================================================ pass 1
 // One CTA per (V tile, value head, sequence), chunks last to first. The dS tile (K x VT, float32)
 // lives in registers like chunk_state's S; per chunk
-//   dh[c] = dS⁺ (stored, float32);  dN = Aqkᵀ dO + Kg dS⁺  (stored, compute type)
+//   dh[c] = dS⁺ (stored, compute type);  dN = Aqkᵀ dO + Kg dS⁺  (stored, compute type)
 //   dS    = e^{γ_C} ⊙ dS⁺ + Qgᵀ dO − Wᵀ dN   (no −Wᵀ dN without the delta rule: DhParams::delta = 0,
 //           where V_new = V and dN is dv itself)
 // with Aqk = s·P and Qg = s·Q⊙E (the scale is already inside). The next chunk's operands are
@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
     const int Lc = min(kC, si.len - ci * kC);
     const int64_t blk = static_cast<int64_t>(c) * HV + hv;
 
-    {  // dh[c] = dS⁺ (float32, [K][V])
-      float* dh = p.dh + blk * K * V;
+    {  // dh[c] = dS⁺ ([K][V], compute type)
+      T* dh = static_cast<T*>(p.dh) + blk * K * V;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -197,8 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int kk = sm0 + 16 * mi + g + 8 * hh, vv = v0 + sn0 + 8 * ni + 2 * t;
-            *reinterpret_cast<float2*>(dh + static_cast<int64_t>(kk) * V + vv) =
-                make_float2(D[mi][ni][2 * hh], D[mi][ni][2 * hh + 1]);
+            store2<T>(dh + static_cast<int64_t>(kk) * V + vv, D[mi][ni][2 * hh], D[mi][ni][2 * hh + 1]);
           }
     }
 
@@ -542,7 +541,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       tmp[tid] = x;
     }
   }
-  {  // warp w takes rows w, w + 8, ...: the loads of all its rows are in flight together
+  if (!p.l2norm) {  // no norms to form: q, k are first read by phase B's tiles
+    if (tid < kC) rq[tid] = rk[tid] = 1.f;
+  } else {  // warp w takes rows w, w + 8, ...: the loads of all its rows are in flight together
     constexpr int kRows = kC / (kThreads / 32);
     float sq[kRows], sk[kRows];
 #pragma unroll
@@ -568,8 +569,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       if (lane == 0) {
         const int i = warp + (kThreads / 32) * r;
-        rq[i] = p.l2norm ? rsqrtf(sq[r] + 1e-6f) : 1.f;
-        rk[i] = p.l2norm ? rsqrtf(sk[r] + 1e-6f) : 1.f;
+        rq[i] = rsqrtf(sq[r] + 1e-6f);
+        rk[i] = rsqrtf(sk[r] + 1e-6f);
       }
     }
   }
@@ -583,6 +584,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   // Without the delta rule (GLA, simple GLA): V_new = V, so dv = dN; no M⁻¹, dY, dM (left 0) or dX.
   const bool split = kIs16<T> && p.dN_lo != nullptr;
   constexpr bool delta = DELTA;
+  // no delta rule, dv written by pass 1 (WyParams::dv_written): phase A only forms A1
+  const bool dv_done = !DELTA && p.dv_written;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
   T* Ns = dNs + 64 * ld;
@@ -604,12 +607,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   // split: V_new's low half staged in the q tile (free until phase B)
   T* Nlos = qs;
   for (int v0 = 0; v0 < V; v0 += 64) {
-    tile64<T>(dNs, ld, dNg + v0, V);
+    if (!dv_done) tile64<T>(dNs, ld, dNg + v0, V);
     if (split) {
       tile64<T>(dNlos, ld, dNlg + v0, V);
       tile64<T>(Nlos, ld, Nlg + v0, V);
     }
-    tile64<T>(Ns, ld, Ng + v0, V);
+    // V_new: the state pass's rows with the delta rule; without it V itself, from the v rows
+    if constexpr (DELTA) tile64<T>(Ns, ld, Ng + v0, V);
+    else tile_in<T, 64, 64, true>(Ns, ld, vbase + v0, v_row, Lc);
     tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
     land();
     __syncthreads();
@@ -618,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     if (delta) {
       mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
       if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
-    } else {  // dY = dN (as C fragments)
+    } else if (!dv_done) {  // dY = dN (as C fragments)
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
@@ -641,12 +646,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
                     y1 - to_f(from_f<T>(y1)));
         }
-        if (i < Lc) {
-          const In* vr = vbase + i * v_row + v0 + vv;
-          // ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the same dY:
-          // the rounded one, or in split mode the float one (dX then uses hi + lo)
-          const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
-          dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
+        if (i < Lc && !dv_done) {
+          if constexpr (DELTA) {  // dβ's ⟨dY, v⟩: the delta rule's
+            const In* vr = vbase + i * v_row + v0 + vv;
+            // ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the same dY:
+            // the rounded one, or in split mode the float one (dX then uses hi + lo)
+            const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
+            dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
+          }
           const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
           const float d0 = delta ? bet[i] * y0 : y0, d1 = delta ? bet[i] * y1 : y1;
           // float32 compute on 16-bit inputs writes dv in the caller's dtype, rounded once
@@ -716,7 +723,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   Nlos = vtile(6);
   T* dYlos = vtile(7);
   const float* hg = p.h + blk * K * V;
-  const float* dhg = p.dh + blk * K * V;
+  const T* dhg = static_cast<const T*>(p.dh) + blk * K * V;
   const T* dYr = dYg;
   for (int c0 = 0; c0 < K; c0 += 64) {
     tile_in<T, 64, 64, true>(qs, ld, qbase + c0, qk_row, Lc);
@@ -775,7 +782,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     float rs = 0.f;
     for (int v0 = 0; v0 < V; v0 += kVB) {
       tile_in<T, 64, kVB, true>(dOs, ldb, dObase + v0, v_row, Lc);
-      kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
+      if constexpr (DELTA) kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
+      else tile_in<T, 64, kVB, true>(Ns, ldb, vbase + v0, v_row, Lc);
       if (delta) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
       if (split) {  // the low halves (dY's written by this CTA in phase A)
         kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
@@ -784,7 +792,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       {
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;
-        const float* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
+        const T* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
         float sv[NV], dv[NV];
         if (p.h_vfirst) {
 #pragma unroll
@@ -797,18 +805,26 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
             sv[4 * m] = x.x; sv[4 * m + 1] = x.y; sv[4 * m + 2] = x.z; sv[4 * m + 3] = x.w;
           }
         }
-        const float4* d4 = reinterpret_cast<const float4*>(drow);
+        if constexpr (kIs16<T>) {  // NV = 8: one 16-byte load
+          static_assert(NV == 8, "a 16-bit thread row is 16 bytes");
+          const uint4 x = *reinterpret_cast<const uint4*>(drow);
+          const T* xe = reinterpret_cast<const T*>(&x);
 #pragma unroll
-        for (int m = 0; m < NV / 4; ++m) {
-          const float4 x = d4[m];
-          dv[4 * m] = x.x; dv[4 * m + 1] = x.y; dv[4 * m + 2] = x.z; dv[4 * m + 3] = x.w;
+          for (int m = 0; m < NV; ++m) dv[m] = to_f(xe[m]);
+        } else {
+          const float4* d4 = reinterpret_cast<const float4*>(drow);
+#pragma unroll
+          for (int m = 0; m < NV / 4; ++m) {
+            const float4 x = d4[m];
+            dv[4 * m] = x.x; dv[4 * m + 1] = x.y; dv[4 * m + 2] = x.z; dv[4 * m + 3] = x.w;
+          }
         }
 #pragma unroll
         for (int m = 0; m < NV; m += 2) {
           rs += sv[m] * dv[m] + sv[m + 1] * dv[m + 1];
           store2<T>(Ss + ch * ldb + vq + m, sv[m], sv[m + 1]);
           store2<T>(dSs + ch * ldb + vq + m, dv[m], dv[m + 1]);
-          if constexpr (kIs16<T>) {
+          if constexpr (kIs16<T> && DELTA) {  // dX's operand only
             store2<T>(Slo + ch * ldb + vq + m, sv[m] - to_f(from_f<T>(sv[m])), sv[m + 1] - to_f(from_f<T>(sv[m + 1])));
           }
         }
@@ -1105,7 +1121,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
   if constexpr (!VEC) scalar_gate_dg<T, ld, ldg, In, DELTA>(p, A1s, dMs, qs, ks, qbase, kbase, qk_row, gsc, rq, rk, bet, rtacc,
                                                  ctacc, cacc, reinterpret_cast<float*>(un), rsum, t0, Lc, hv);
-  if (tid < Lc) {
+  if (DELTA && tid < Lc) {  // dβ: the delta rule's
     const int64_t r = static_cast<int64_t>(t0 + tid) * HV + hv;
     if (p.dbeta) {  // through the sigmoid as finish_gb would (β's dtype)
       float der = 1.f;

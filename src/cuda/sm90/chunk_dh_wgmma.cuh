@@ -96,6 +96,7 @@ template <class T, bool DELTA, DhForm FORM>
 struct DhConsumer {
   static constexpr bool kLoS = FORM != DhForm::kSixteen;  // dS⁺ and KgT as hi + lo
   static constexpr bool kWide = FORM == DhForm::kWide;
+  using DhT = std::conditional_t<kWide, float, T>;  // dh's element type: the compute type
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
@@ -138,12 +139,13 @@ struct DhConsumer {
     for (int i = 0; i < size(D); ++i) store_state(p.dh0, p.dh0_dt, base + kern::state_index<kK>(p.V, p.v_first, col_of(i), v0 + row_of(i)), D(i));
   }
 
-  // One chunk: dh (float32 [K][V], this CTA's columns at dhc) and dN as [64][V] rows at dn (the
+  // One chunk: dh ([K][V] in DhT, this CTA's columns at dhc) and dN as [64][V] rows at dn (the
   // compute type: T, float for kWide) and dnlo (kSplit). `second(tiles)` is called before the
   // first read of q / w and may wait for them (kWide's Y half-stage). The tiles' last read is
   // complete when this returns.
   template <class Second>
-  __device__ __forceinline__ void chunk(DhTiles<E> x, Second&& second, float* dhc, void* dn, T* dnlo, int V) {
+  __device__ __forceinline__ void chunk(DhTiles<E> x, Second&& second, DhT* dhc, void* dn, T* dnlo, int V,
+                                        int64_t dn_ld, int dn_rows) {
     auto thrN = mmaN.get_thread_slice(tid);
     auto thrNss = mmaNss.get_thread_slice(tid);
     auto thrD = mmaD.get_thread_slice(tid);
@@ -160,9 +162,10 @@ struct DhConsumer {
     Tensor Nl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kWide ? kC / 16 : 1>>{});
 
     // dh[c] = dS⁺: each warp store covers 4 channels x 8 consecutive V columns (32-byte pieces)
-    float* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
+    DhT* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
 #pragma unroll
-    for (int i = 0; i < size(D); ++i) dhw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = D(i);
+    for (int i = 0; i < size(D); ++i)
+      dhw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = static_cast<DhT>(D(i));
 #pragma unroll
     for (int i = 0; i < size(D); ++i) {
       Sa(i) = E(D(i));
@@ -226,16 +229,18 @@ struct DhConsumer {
 #pragma unroll
       for (int i = 0; i < size(Nt); ++i) dnw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = Nt(i);
     } else {
-      // dN rows: each 8x8 (V column, token) block transposed in registers (4-byte stores of two
-      // adjacent columns of one token); a chunk's 64 rows all exist in the workspace
-      const int64_t off = static_cast<int64_t>(g) * V + 16 * warp + 2 * t;
+      // dN rows (row stride dn_ld; rows at or past dn_rows not stored: dv's rows past a sequence's
+      // end): each 8x8 (V column, token) block transposed in registers (4-byte stores of two
+      // adjacent columns of one token)
+      const int64_t off = static_cast<int64_t>(g) * dn_ld + 16 * warp + 2 * t;
 #pragma unroll
       for (int nb = 0; nb < kC / 8; ++nb)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const float x0 = Nt(4 * nb + 2 * hh), x1 = Nt(4 * nb + 2 * hh + 1);
-          const int64_t o = off + static_cast<int64_t>(8 * nb) * V + 8 * hh;
-          *reinterpret_cast<uint32_t*>(static_cast<T*>(dn) + o) = movmatrix_trans(pack2<T>(x0, x1));
+          const int64_t o = off + static_cast<int64_t>(8 * nb) * dn_ld + 8 * hh;
+          const uint32_t tr = movmatrix_trans(pack2<T>(x0, x1));  // warp-wide: before the row test
+          if (8 * nb + g < dn_rows) *reinterpret_cast<uint32_t*>(static_cast<T*>(dn) + o) = tr;
           if constexpr (kLoS) {
             const float l0 = x0 - to_f(from_f<T>(x0)), l1 = x1 - to_f(from_f<T>(x1));
             *reinterpret_cast<uint32_t*>(dnlo + o) = movmatrix_trans(pack2<T>(l0, l1));
@@ -366,7 +371,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
   for (int it = 0; it < nch; ++it) {
     const int ci = nch - 1 - it;
     const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    float* dhc = p.dh + blk * kK * V + v0;
+    auto* dhc = static_cast<typename Consumer::DhT*>(p.dh) + blk * kK * V + v0;
     if constexpr (kWide) {  // chunk it is half-steps 2 it (X) and 2 it + 1 (Y)
       const int hx = 2 * it, hy = 2 * it + 1;
       const auto& X = sm.st[hx % STAGES];
@@ -378,15 +383,22 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
         Bar::wait(&sm.full[hy % STAGES], (hy / STAGES) & 1);
         cutlass::arch::fence_view_async_shared();
       };
-      cons.chunk(x, second, dhc, static_cast<float*>(p.dN) + blk * kC * V + v0, nullptr, V);
+      cons.chunk(x, second, dhc, static_cast<float*>(p.dN) + blk * kC * V + v0, nullptr, V, V, kC);
       Bar::arrive(&sm.empty[hx % STAGES]);
       Bar::arrive(&sm.empty[hy % STAGES]);
     } else {
       Bar::wait(&sm.full[it % STAGES], (it / STAGES) & 1);
       cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
       T* dn = static_cast<T*>(p.dN) + blk * kC * V + v0;
+      int64_t dn_ld = V;
+      int dn_rows = kC;
+      if (!DELTA && p.dv) {  // dN is dv: straight into its rows (DhParams::dv)
+        dn_ld = static_cast<int64_t>(HV) * V;
+        dn = static_cast<T*>(p.dv) + static_cast<int64_t>(si.t0 + ci * kC) * dn_ld + static_cast<int64_t>(hv) * V + v0;
+        dn_rows = min(kC, si.len - ci * kC);
+      }
       T* dnlo = FORM == DhForm::kSplit ? static_cast<T*>(p.dN_lo) + blk * kC * V + v0 : nullptr;
-      cons.chunk(sm.st[it % STAGES].tiles(), [](const auto&) {}, dhc, dn, dnlo, V);
+      cons.chunk(sm.st[it % STAGES].tiles(), [](const auto&) {}, dhc, dn, dnlo, V, dn_ld, dn_rows);
       Bar::arrive(&sm.empty[it % STAGES]);
     }
   }

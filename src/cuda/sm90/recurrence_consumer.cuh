@@ -232,7 +232,7 @@ struct RecurrenceConsumer {
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
     if constexpr (OUT == PassOut::kRecompute) {
-      store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
+      if (ro->vnew) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
       if (split) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
     }
     // S += Kg V_new (+ Kg V_new's low half, split)

@@ -942,6 +942,28 @@ TEST(CudaBackward, NoDeltaHeadSizes) {
       }
 }
 
+// The Hopper kernels' no-delta paths (K = 128: pass 1 writing dv's rows, the 16-bit recompute
+// states) on the varlen layout with its empty and one-token sequences, small enough for the
+// sanitizers.
+TEST(CudaBackward, NoDeltaSmallHopperVarlen) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA})
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      Case c = no_delta_case(fam);
+      c.dt = dt;
+      c.K = 128;
+      c.V = 128;
+      c.cu = {0, 1, 64, 64, 129, 130, 300};  // lengths 1, 63, 0, 65, 1, 170
+      c.T = 300;
+      c.H = 1;
+      c.HV = 2;
+      c.g_gamma = fam == Family::kSimpleGLA;
+      c.h0 = true;
+      c.dht = true;
+      check_case(c);
+    }
+}
+
 TEST(CudaBackward, NoDeltaLong) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kGLA, Family::kSimpleGLA})

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
       const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
       const typename Consumer::RecomputeOut ro{
           static_cast<float*>(p.h) + blk * kK * V + state_index<kK>(V, p.v_first, 0, v0),
-          p.vnew ? static_cast<T*>(p.vnew) + blk * kC * V + v0 : nullptr,
+          DELTA || p.vnew ? static_cast<T*>(p.vnew) + blk * kC * V + v0 : nullptr,  // always with the delta rule
           p.vnew_lo ? static_cast<T*>(p.vnew_lo) + blk * kC * V + v0 : nullptr,
           p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first};
       cons.chunk(sm.st[ci % STAGES], nullptr, 0, kC, false, &ro);

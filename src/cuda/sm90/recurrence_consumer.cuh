@@ -232,7 +232,10 @@ struct RecurrenceConsumer {
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
     if constexpr (OUT == PassOut::kRecompute) {
-      if (ro->vnew) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
+      // V_new always with the delta rule: a runtime test there made ptxas serialize the wgmmas
+      // (C7520, a divergent path); without it V_new is written only for a saving forward's output
+      if constexpr (DELTA) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
+      else if (ro->vnew) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
       if (split) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
     }
     // S += Kg V_new (+ Kg V_new's low half, split)

@@ -116,6 +116,21 @@ inline Case no_delta_case(Family fam) {
   return c;
 }
 
+// The no-delta families' small varlen layout: lengths 1, 63, 0, 65, 1, 170 on two value heads of
+// one key head, simple GLA with g_gamma, initial state and the final state's gradient.
+inline Case no_delta_varlen_case(Family fam, DType dt) {
+  Case c = no_delta_case(fam);
+  c.dt = dt;
+  c.cu = {0, 1, 64, 64, 129, 130, 300};
+  c.T = 300;
+  c.H = 1;
+  c.HV = 2;
+  c.g_gamma = fam == Family::kSimpleGLA;
+  c.h0 = true;
+  c.dht = true;
+  return c;
+}
+
 // ---- the case lists the forward and backward tests share
 
 // Every dtype the CUDA backend takes.

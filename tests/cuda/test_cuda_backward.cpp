@@ -883,17 +883,9 @@ TEST(CudaBackward, NoDeltaSmallOddLengthsAndVarlen) {
         c.dht = true;
         check_case(c);
       }
-      Case c = no_delta_case(fam);
-      c.dt = dt;
-      c.cu = {0, 1, 64, 64, 129, 130, 300};  // lengths 1, 63, 0, 65, 1, 170
+      Case c = no_delta_varlen_case(fam, dt);
       c.cu64 = dt == DType::kFloat32;
-      c.T = 300;
-      c.g_gamma = fam == Family::kSimpleGLA;
       c.has_g = fam == Family::kGLA || dt != DType::kFloat16;  // fp16: simple GLA on g_gamma alone
-      c.H = 1;
-      c.HV = 2;
-      c.h0 = true;
-      c.dht = true;
       check_case(c);
     }
 }
@@ -942,24 +934,16 @@ TEST(CudaBackward, NoDeltaHeadSizes) {
       }
 }
 
-// The Hopper kernels' no-delta paths (K = 128: pass 1 writing dv's rows, the 16-bit recompute
-// states) on the varlen layout with its empty and one-token sequences, small enough for the
-// sanitizers.
+// The Hopper kernels' no-delta paths (K = 128: the recompute reading the v rows, pass 1 writing
+// dv's rows) on the varlen layout with its empty and one-token sequences, small enough for the
+// sanitizers (the other small no-delta cases have K = 64, which the Hopper kernels do not take).
 TEST(CudaBackward, NoDeltaSmallHopperVarlen) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kGLA, Family::kSimpleGLA})
     for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-      Case c = no_delta_case(fam);
-      c.dt = dt;
+      Case c = no_delta_varlen_case(fam, dt);
       c.K = 128;
       c.V = 128;
-      c.cu = {0, 1, 64, 64, 129, 130, 300};  // lengths 1, 63, 0, 65, 1, 170
-      c.T = 300;
-      c.H = 1;
-      c.HV = 2;
-      c.g_gamma = fam == Family::kSimpleGLA;
-      c.h0 = true;
-      c.dht = true;
       check_case(c);
     }
 }

@@ -161,7 +161,8 @@ struct DhConsumer {
     Tensor Na = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
     Tensor Nl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kWide ? kC / 16 : 1>>{});
 
-    // dh[c] = dS⁺: each warp store covers 4 channels x 8 consecutive V columns (32-byte pieces)
+    // dh[c] = dS⁺: each warp store covers 4 channels x 8 consecutive V columns (32-byte pieces in
+    // float32, 16-byte in 16 bits: half sectors, docs/backward_v2_plan.md)
     DhT* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
 #pragma unroll
     for (int i = 0; i < size(D); ++i)

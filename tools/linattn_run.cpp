@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <new>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -248,6 +249,13 @@ struct Buffer {
     double s = 0;
     for (int64_t i = 0; i < numel(); ++i) s += get(i);
     return s;
+  }
+  // FNV-1a over the raw bytes: equal across two builds or runs exactly when the tensors are
+  // bitwise equal (up to hash collisions), for A/B checks of kernel changes meant to keep results
+  uint64_t bits() const {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+    return h;
   }
 };
 
@@ -587,6 +595,11 @@ int run(int argc, char** argv) {
       std::printf("backward: %10.3f ms  %10.3f Mtok/s  checksum(dq,dk,dv)=%.6e %.6e %.6e\n", b_ms,
                   tokens / b_ms / 1e3, dq.checksum(), dk.checksum(), dv.checksum());
       std::printf("fwd+bwd : %10.3f ms\n", f_ms + b_ms);
+      std::printf("bits    : o=%016llx", static_cast<unsigned long long>(o.bits()));
+      const char* names[] = {"dq", "dk", "dv", "dg", "dg_gamma", "dbeta", "dA_log", "ddt_bias", "dh0"};
+      for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
+        if (grads[i]->present) std::printf(" %s=%016llx", names[i], static_cast<unsigned long long>(grads[i]->bits()));
+      std::printf("\n");
       backward_ran = true;
     }
   }

@@ -433,6 +433,16 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
   if (tid < Lc) p.pg[static_cast<int64_t>(t0 + tid) * p.HV + hv] = dgt[tid];
 }
 
+// dv's pair at element offset di, in the caller's dtype (float32 compute on 16-bit inputs rounds
+// once, here)
+template <class T>
+__device__ __forceinline__ void store_dv(const WyParams& p, int64_t di, float d0, float d1) {
+  if constexpr (kIs16<T>) store2<T>(static_cast<T*>(p.dv) + di, d0, d1);
+  else if (p.dv_dt == 1) store2<__nv_bfloat16>(static_cast<__nv_bfloat16*>(p.dv) + di, d0, d1);
+  else if (p.dv_dt == 0) store2<__half>(static_cast<__half*>(p.dv) + di, d0, d1);
+  else store2<float>(static_cast<float*>(p.dv) + di, d0, d1);
+}
+
 template <class T>
 struct WyLayout {
   static constexpr int P = pad_of<T>();
@@ -579,12 +589,13 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     if (tid < kC) gsc[tid] = tmp[tid] + (tid >= 32 ? tmp[31] : 0.f);
   }
 
-  // ---- A. dY, dv, dβ (v part), A1, dM, dR
+  // ---- A (the delta rule's). dY, dv, dβ (v part), A1, dM, dR
   // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below.
-  // Without the delta rule (GLA, simple GLA): V_new = V, so dv = dN; no M⁻¹, dY, dM (left 0) or dX.
-  const bool split = kIs16<T> && p.dN_lo != nullptr;
-  constexpr bool delta = DELTA;
-  // no delta rule, dv written by pass 1 (WyParams::dv_written): phase A only forms A1
+  // Without the delta rule (GLA, simple GLA) there is no phase A: V_new = V, so dv = dN, and there
+  // is no M⁻¹, dY, dM or dX; A1 = s·Lo(dO Vᵀ) is formed from phase B's first K tile's V sub-tiles
+  // (the same dO, V tiles, the same k-step order), and dv = dN copied there unless pass 1 wrote
+  // it (WyParams::dv_written).
+  const bool split = kIs16<T> && DELTA && p.dN_lo != nullptr;
   const bool dv_done = !DELTA && p.dv_written;
   T* Bs = reinterpret_cast<T*>(un);
   T* dNs = Bs + 64 * ld;
@@ -598,101 +609,88 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   T* dYg = static_cast<T*>(p.dY) + blk * kC * V;
   T* dYlg = split ? static_cast<T*>(p.dY_lo) + blk * kC * V : nullptr;
   const T* Nlg = split ? static_cast<const T*>(p.vnew_lo) + blk * kC * V : nullptr;
-  T* dvg = static_cast<T*>(p.dv);
-  if (delta) tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
   float accA[1][4][4], accM[1][4][4];
-  zero_acc(accA);
-  zero_acc(accM);
-  float dby[2] = {0.f, 0.f};
-  // split: V_new's low half staged in the q tile (free until phase B)
-  T* Nlos = qs;
-  for (int v0 = 0; v0 < V; v0 += 64) {
-    if (!dv_done) tile64<T>(dNs, ld, dNg + v0, V);
-    if (split) {
-      tile64<T>(dNlos, ld, dNlg + v0, V);
-      tile64<T>(Nlos, ld, Nlg + v0, V);
-    }
-    // V_new: the state pass's rows with the delta rule; without it V itself, from the v rows
-    if constexpr (DELTA) tile64<T>(Ns, ld, Ng + v0, V);
-    else tile_in<T, 64, 64, true>(Ns, ld, vbase + v0, v_row, Lc);
-    tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
-    land();
-    __syncthreads();
-    float y[1][4][4];
-    zero_acc(y);
-    if (delta) {
-      mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
-      if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
-    } else if (!dv_done) {  // dY = dN (as C fragments)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = tm0 + g + (e >= 2 ? 8 : 0), vv = n0 + 8 * ni + 2 * t + (e & 1);
-          y[0][ni][e] = to_f(dNs[i * ld + vv]) + (split ? to_f(dNlos[i * ld + vv]) : 0.f);
-        }
-    }
+  // A1 = s·Lo(dO Nᵀ) and dM = −SLo(dY Nᵀ) from their accumulators into shared memory (dM: the
+  // delta rule's)
+  auto store_a1_dm = [&]() {
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int i = tm0 + g + 8 * hh, vv = n0 + 8 * ni + 2 * t;
-        const float y0 = y[0][ni][2 * hh], y1 = y[0][ni][2 * hh + 1];
-        if (delta) {
+        const int i = tm0 + g + 8 * hh, j = n0 + 8 * ni + 2 * t;
+        float a[2], m[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int jj = j + e;
+          a[e] = jj <= i ? scale * accA[0][ni][2 * hh + e] : 0.f;
+          m[e] = jj < i ? -accM[0][ni][2 * hh + e] : 0.f;
+        }
+        store2<T>(A1s + i * ld + j, a[0], a[1]);
+        if constexpr (DELTA) store2<T>(dMs + i * ld + j, m[0], m[1]);
+      }
+  };
+  // split: V_new's low half staged in the q tile (free until phase B)
+  T* Nlos = qs;
+  if constexpr (DELTA) {
+    tile64<T>(Bs, ld, static_cast<const T*>(p.Ainv) + blk * kC * kC, kC);
+    zero_acc(accA);
+    zero_acc(accM);
+    float dby[2] = {0.f, 0.f};
+    for (int v0 = 0; v0 < V; v0 += 64) {
+      tile64<T>(dNs, ld, dNg + v0, V);
+      if (split) {
+        tile64<T>(dNlos, ld, dNlg + v0, V);
+        tile64<T>(Nlos, ld, Nlg + v0, V);
+      }
+      tile64<T>(Ns, ld, Ng + v0, V);  // V_new: the state pass's rows
+      tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
+      land();
+      __syncthreads();
+      float y[1][4][4];
+      zero_acc(y);
+      mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
+      if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = tm0 + g + 8 * hh, vv = n0 + 8 * ni + 2 * t;
+          const float y0 = y[0][ni][2 * hh], y1 = y[0][ni][2 * hh + 1];
           store2<T>(dYs + i * ld + vv, y0, y1);
           store2<T>(dYg + static_cast<int64_t>(i) * V + v0 + vv, y0, y1);
-        }
-        if (split && delta) {
-          store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
-                    y1 - to_f(from_f<T>(y1)));
-        }
-        if (i < Lc && !dv_done) {
-          if constexpr (DELTA) {  // dβ's ⟨dY, v⟩: the delta rule's
+          if (split) {
+            store2<T>(dYlg + static_cast<int64_t>(i) * V + v0 + vv, y0 - to_f(from_f<T>(y0)),
+                      y1 - to_f(from_f<T>(y1)));
+          }
+          if (i < Lc) {
+            // dβ's ⟨dY, v⟩. It and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the
+            // same dY: the rounded one, or in split mode the float one (dX then uses hi + lo)
             const In* vr = vbase + i * v_row + v0 + vv;
-            // ⟨dY, v⟩ and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the same dY:
-            // the rounded one, or in split mode the float one (dX then uses hi + lo)
             const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
             dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
+            const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
+            store_dv<T>(p, di, bet[i] * y0, bet[i] * y1);
           }
-          const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
-          const float d0 = delta ? bet[i] * y0 : y0, d1 = delta ? bet[i] * y1 : y1;
-          // float32 compute on 16-bit inputs writes dv in the caller's dtype, rounded once
-          if constexpr (kIs16<T>) store2<T>(dvg + di, d0, d1);
-          else if (p.dv_dt == 1) store2<__nv_bfloat16>(static_cast<__nv_bfloat16*>(p.dv) + di, d0, d1);
-          else if (p.dv_dt == 0) store2<__half>(static_cast<__half*>(p.dv) + di, d0, d1);
-          else store2<float>(dvg + di, d0, d1);
         }
+      __syncthreads();
+      mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
+      mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
+      if (split) {
+        mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
+        mma_op<T, 1, 4, false, false>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
       }
-    __syncthreads();
-    mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
-    if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
-    if (split) {
-      mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
-      if (delta) mma_op<T, 1, 4, false, false>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
+      __syncthreads();
     }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    dby[hh] += __shfl_xor_sync(0xffffffffu, dby[hh], 1);
-    dby[hh] += __shfl_xor_sync(0xffffffffu, dby[hh], 2);
-    if (t == 0) red[nh * 64 + tm0 + g + 8 * hh] = dby[hh];
-  }
-#pragma unroll
-  for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int i = tm0 + g + 8 * hh, j = n0 + 8 * ni + 2 * t;
-      float a[2], m[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int jj = j + e;
-        a[e] = jj <= i ? scale * accA[0][ni][2 * hh + e] : 0.f;
-        m[e] = jj < i ? -accM[0][ni][2 * hh + e] : 0.f;
-      }
-      store2<T>(A1s + i * ld + j, a[0], a[1]);
-      store2<T>(dMs + i * ld + j, m[0], m[1]);
+      dby[hh] += __shfl_xor_sync(0xffffffffu, dby[hh], 1);
+      dby[hh] += __shfl_xor_sync(0xffffffffu, dby[hh], 2);
+      if (t == 0) red[nh * 64 + tm0 + g + 8 * hh] = dby[hh];
     }
+    store_a1_dm();
+  } else {
+    if (tid < kC) red[tid] = red[64 + tid] = 0.f;  // no dβ
+  }
   __syncthreads();
   // Scalar gate: dg_t is formed at the end from the terms that straddle t (see the end of the
   // kernel); these gather its per-row parts over the K tiles: rtacc_i (plus side, rows i >= t),
@@ -725,7 +723,10 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const float* hg = p.h + blk * K * V;
   const T* dhg = static_cast<const T*>(p.dh) + blk * K * V;
   const T* dYr = dYg;
+  T* dNb = vtile(4);  // no delta rule, dv not written by pass 1: dN's sub-tile, copied to dv
   for (int c0 = 0; c0 < K; c0 += 64) {
+    // no delta rule: the first K tile's V sub-tiles also form A1 (phase A's product)
+    const bool form_a1 = !DELTA && c0 == 0;
     tile_in<T, 64, 64, true>(qs, ld, qbase + c0, qk_row, Lc);
     tile_in<T, 64, 64, true>(ks, ld, kbase + c0, qk_row, Lc);
     {
@@ -779,12 +780,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     zero_acc(aq);
     zero_acc(an);
     zero_acc(ax);
+    if constexpr (!DELTA) zero_acc(accA);
     float rs = 0.f;
     for (int v0 = 0; v0 < V; v0 += kVB) {
       tile_in<T, 64, kVB, true>(dOs, ldb, dObase + v0, v_row, Lc);
       if constexpr (DELTA) kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
       else tile_in<T, 64, kVB, true>(Ns, ldb, vbase + v0, v_row, Lc);
-      if (delta) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
+      if (DELTA) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
+      if (form_a1 && !dv_done) kern::tile_copy<T, 64, kVB, kThreads>(dNb, ldb, dNg + v0, V, tid);
       if (split) {  // the low halves (dY's written by this CTA in phase A)
         kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
         kern::tile_copy<T, 64, kVB, kThreads>(dYlos, ldb, dYlg + v0, V, tid);
@@ -833,14 +836,31 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       __syncthreads();
       mma_op<T, 1, 4, false, false>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
       mma_op<T, 1, 4, false, false>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);
-      if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX: the delta rule's
-      if constexpr (kIs16<T>) {
-        if (delta) mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
-        if (split) {
-          if (delta) mma_op<T, 1, 4, false, false>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
-          mma_op<T, 1, 4, false, false>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
+      if constexpr (DELTA) {
+        mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
+        if constexpr (kIs16<T>) {
+          mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
+          if (split) {
+            mma_op<T, 1, 4, false, false>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
+            mma_op<T, 1, 4, false, false>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
+          }
+        }
+      } else if (form_a1) {
+        mma_op<T, 1, 4, false, false>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
+        if (!dv_done) {  // dv = dN, rows before the chunk's end
+          for (int e = tid; e < 64 * kVB / 2; e += kThreads) {
+            const int i = e / (kVB / 2), vv = 2 * (e - i * (kVB / 2));
+            if (i < Lc) {
+              store_dv<T>(p, (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv, to_f(dNb[i * ldb + vv]),
+                       to_f(dNb[i * ldb + vv + 1]));
+            }
+          }
         }
       }
+      __syncthreads();
+    }
+    if (form_a1) {  // A1 complete: to shared memory for the decayed products
+      store_a1_dm();
       __syncthreads();
     }
     rs += __shfl_xor_sync(0xffffffffu, rs, 1);

@@ -690,6 +690,13 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     store_a1_dm();
   } else {
     if (tid < kC) red[tid] = red[64 + tid] = 0.f;  // no dβ
+    if (!dv_done) {  // dv = dN, rows before the chunk's end, in the caller's dtype
+      for (int e = tid; e < Lc * (V / 2); e += kThreads) {
+        const int i = e / (V / 2), vv = 2 * (e - i * (V / 2));
+        store_dv<T>(p, (static_cast<int64_t>(t0 + i) * HV + hv) * V + vv, to_f(dNg[i * V + vv]),
+                    to_f(dNg[i * V + vv + 1]));
+      }
+    }
   }
   __syncthreads();
   // Scalar gate: dg_t is formed at the end from the terms that straddle t (see the end of the
@@ -704,13 +711,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   }
 
   // ---- B. per K tile of 64 channels
-  // The V-side products run over V in sub-tiles of kVB columns: 32 for the 16-bit types, so that the
-  // split form's eight tiles (dO, N and its low half, dY and its low half, S hi and lo, dS⁺) fit the
-  // union, 5 KB each (their low halves were read from global memory by the mma steps, which
-  // stalled on them: ncu, bench/logs/2026-11-25-h100-s18-a-*).
-  constexpr int kVB = kIs16<T> ? 32 : 64;
+  // The V-side products run over V in sub-tiles of kVB columns: 32 for the 16-bit types with the
+  // delta rule, so that the split form's eight tiles (dO, N and its low half, dY and its low half,
+  // S hi and lo, dS⁺) fit the union, 5 KB each (their low halves were read from global memory by
+  // the mma steps, which stalled on them: ncu, bench/logs/2026-11-25-h100-s18-a-*). Without the
+  // delta rule (16-bit) four tiles of 64 columns and S's float32 rows (kStageH) fit instead: every
+  // load of a sub-tile is a cp.async, none holds registers, and a K tile takes two round trips
+  // to memory, not four.
+  constexpr bool kStageH = kIs16<T> && !DELTA;
+  constexpr int kVB = kIs16<T> && DELTA ? 32 : 64;
   constexpr int ldb = kVB + L::P;
-  static_assert(8 * 64 * ldb * L::es <= L::un_bytes || !kIs16<T>, "phase B's tiles fit the union");
+  constexpr int ldh = kVB + 4;  // S's float32 rows (kStageH)
+  static_assert(8 * 64 * ldb * L::es <= L::un_bytes || !kIs16<T> || !DELTA, "phase B's tiles fit the union");
+  static_assert(4 * 64 * ldb * L::es + 64 * ldh * 4 <= L::un_bytes || !kStageH, "phase B's tiles fit the union");
   auto vtile = [&](int n) { return reinterpret_cast<T*>(un) + n * 64 * ldb; };
   T* Ss = vtile(0);
   T* dSs = vtile(1);
@@ -723,7 +736,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   const float* hg = p.h + blk * K * V;
   const T* dhg = static_cast<const T*>(p.dh) + blk * K * V;
   const T* dYr = dYg;
-  T* dNb = vtile(4);  // no delta rule, dv not written by pass 1: dN's sub-tile, copied to dv
+  float* hf = reinterpret_cast<float*>(vtile(4));  // kStageH: h's 64 x kVB block as stored
   for (int c0 = 0; c0 < K; c0 += 64) {
     // no delta rule: the first K tile's V sub-tiles also form A1 (phase A's product)
     const bool form_a1 = !DELTA && c0 == 0;
@@ -787,12 +800,27 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       if constexpr (DELTA) kern::tile_copy<T, 64, kVB, kThreads>(Ns, ldb, Ng + v0, V, tid);
       else tile_in<T, 64, kVB, true>(Ns, ldb, vbase + v0, v_row, Lc);
       if (DELTA) kern::tile_copy<T, 64, kVB, kThreads>(dYs, ldb, dYr + v0, V, tid);
-      if (form_a1 && !dv_done) kern::tile_copy<T, 64, kVB, kThreads>(dNb, ldb, dNg + v0, V, tid);
       if (split) {  // the low halves (dY's written by this CTA in phase A)
         kern::tile_copy<T, 64, kVB, kThreads>(Nlos, ldb, Nlg + v0, V, tid);
         kern::tile_copy<T, 64, kVB, kThreads>(dYlos, ldb, dYlg + v0, V, tid);
       }
-      {
+      if constexpr (kStageH) {  // h and dS⁺ by cp.async; S and the rowsum from shared memory
+        kern::tile_copy<T, 64, kVB, kThreads>(dSs, ldb, dhg + static_cast<int64_t>(c0) * V + v0, V, tid);
+        if (p.h_vfirst) kern::tile_copy<float, kVB, 64, kThreads>(hf, ldh, hg + static_cast<int64_t>(v0) * K + c0, K, tid);
+        else kern::tile_copy<float, 64, kVB, kThreads>(hf, ldh, hg + static_cast<int64_t>(c0) * V + v0, V, tid);
+        land();
+        __syncthreads();
+        constexpr int NV = kVB / 4;  // this thread's columns of row ch
+        const int ch = tid >> 2, vq = (tid & 3) * NV;
+#pragma unroll
+        for (int m = 0; m < NV; m += 2) {
+          const int va = vq + m;
+          const float s0 = p.h_vfirst ? hf[va * ldh + ch] : hf[ch * ldh + va];
+          const float s1 = p.h_vfirst ? hf[(va + 1) * ldh + ch] : hf[ch * ldh + va + 1];
+          rs += s0 * to_f(dSs[ch * ldb + va]) + s1 * to_f(dSs[ch * ldb + va + 1]);
+          store2<T>(Ss + ch * ldb + va, s0, s1);
+        }
+      } else {
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;
         const T* drow = dhg + static_cast<int64_t>(c0 + ch) * V + v0 + vq;
@@ -847,15 +875,6 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         }
       } else if (form_a1) {
         mma_op<T, 1, 4, false, false>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
-        if (!dv_done) {  // dv = dN, rows before the chunk's end
-          for (int e = tid; e < 64 * kVB / 2; e += kThreads) {
-            const int i = e / (kVB / 2), vv = 2 * (e - i * (kVB / 2));
-            if (i < Lc) {
-              store_dv<T>(p, (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv, to_f(dNb[i * ldb + vv]),
-                       to_f(dNb[i * ldb + vv + 1]));
-            }
-          }
-        }
       }
       __syncthreads();
     }

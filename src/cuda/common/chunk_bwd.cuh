@@ -193,7 +193,7 @@ struct WyParams {
   // to sum or transform and does not run. Null: the float32 partials pq, pk.
   void* dq = nullptr;
   void* dk = nullptr;
-  // dv already written by pass 1 (DhParams::dv; no delta rule only): phase A reads no dN.
+  // dv already written by pass 1 (DhParams::dv; no delta rule only): pass 2 reads no dN.
   int dv_written = 0;
 };
 

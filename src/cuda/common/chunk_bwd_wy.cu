@@ -304,6 +304,10 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 //      e^{γ_C} ⊙ rowsum(S⊙dS⁺) + Σ_i k_i ⊙ F_i ⊙ (N dS⁺ᵀ)_i; reverse cumsum → dg.
 //    Writes this value head's float32 partials dq, dk (w.r.t. the normalised q, k) for the finish
 //    kernels (NS = 1), dβ, and dg (the identity gate transform) or its partial (WyParams::dg_direct).
+// Without the delta rule (GLA, simple GLA) there is no phase A: A1 accumulates over the first K
+// tile's V sub-tiles, and in the 16-bit types those sub-tiles are 64 columns wide with h's float32
+// rows and dS⁺ staged by cp.async (kStageH). docs/backward_v2_plan.md, session 27, has the numbers.
+//
 // exp(x) as one MUFU.EX2 with denormals flushed (x <= 0 here: decays; a flushed result is 0).
 __device__ __forceinline__ float exp_ftz(float x) {
   float y;

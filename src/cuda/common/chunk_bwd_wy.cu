@@ -597,8 +597,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   // split (16-bit): dY = Bᵀ (dN_hi + dN_lo), dY's low half to scratch for dX below.
   // Without the delta rule (GLA, simple GLA) there is no phase A: V_new = V, so dv = dN, and there
   // is no M⁻¹, dY, dM or dX; A1 = s·Lo(dO Vᵀ) is formed from phase B's first K tile's V sub-tiles
-  // (the same dO, V tiles, the same k-step order), and dv = dN copied there unless pass 1 wrote
-  // it (WyParams::dv_written).
+  // (the same dO, V tiles, the same k-step order), and dv = dN is copied here, before phase B,
+  // unless pass 1 wrote it (WyParams::dv_written).
   const bool split = kIs16<T> && DELTA && p.dN_lo != nullptr;
   const bool dv_done = !DELTA && p.dv_written;
   T* Bs = reinterpret_cast<T*>(un);

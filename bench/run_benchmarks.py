@@ -471,8 +471,19 @@ def main(argv=None) -> int:
         with open(json_path) as f:
             old = json.load(f)
         old_rows = old.get("rows", [])
-        # the earlier run's own environment, then the runs it had merged in: every run whose rows remain
         prev = dict(old.get("environment", {}))
+        # One report, one GPU model (and one host CPU for the CPU section): rows measured on another
+        # card would sit beside this run's with nothing in the table to tell them apart. A merge is
+        # transitive, so the earlier run's device stands for every run it had merged in.
+        for section, key, measured_here in (("gpu", "device", not args.cpu_only),
+                                             ("cpu", "host_cpu", not args.skip_cpu)):
+            if measured_here and prev.get(key) != env.get(key):
+                n = sum(r["section"] == section for r in old_rows)
+                if n:
+                    log(f"--merge: dropping {n} earlier {section} rows measured on "
+                        f"{prev.get(key)!r}, not this run's {env.get(key)!r}")
+                old_rows = [r for r in old_rows if r["section"] != section]
+        # the earlier run's own environment, then the runs it had merged in: every run whose rows remain
         earlier = prev.pop("merged_runs", [])
         env["merged_runs"] = ([prev] if prev else []) + earlier
 

@@ -6,7 +6,8 @@
 2. --dry-run writes a complete report (every variant, both directions, plots);
 3. the row code records "not implemented" (NotImplementedError), "refuses: <first line>"
    (another exception) and a backward-only failure, and keeps the other side's numbers;
-4. --smoke on two variants runs the real measurement path end to end.
+4. --merge keeps an earlier run's rows only where they were measured on the same GPU model;
+5. --smoke on two variants runs the real measurement path end to end.
 
     python3 bench/selftest.py
 """
@@ -117,6 +118,21 @@ def test_status_paths():
           "FLA skipped where ours is not implemented (without --fla-always)")
 
 
+def test_merge(tmp):
+    out = os.path.join(tmp, "merge")
+    base = ["--out", out, "--dry-run", "--skip-cpu", "--no-varlen", "--directions", "fwd"]
+    families = lambda: {r["family"] for r in json.load(open(os.path.join(out, "results.json")))["rows"]}
+    run_benchmarks.main(base + ["--ops", "gla"])
+    run_benchmarks.main(base + ["--ops", "gdn", "--merge"])
+    check(families() == {"gla", "gdn"}, f"--merge keeps rows of the same device ({sorted(families())})")
+    path = os.path.join(out, "results.json")
+    doc = json.load(open(path))
+    doc["environment"]["device"] = "some other GPU"
+    json.dump(doc, open(path, "w"))
+    run_benchmarks.main(base + ["--ops", "simple_gla", "--merge"])
+    check(families() == {"simple_gla"}, f"--merge drops rows measured on another GPU ({sorted(families())})")
+
+
 def test_smoke(tmp):
     out = os.path.join(tmp, "smoke")
     rc = run_benchmarks.main(["--out", out, "--smoke", "--ops", "kda_safe_gate_ik,gdn_gva"])
@@ -133,6 +149,7 @@ if __name__ == "__main__":
         test_reference()
         test_dry_run(tmp)
         test_status_paths()
+        test_merge(tmp)
         test_smoke(tmp)
     print(f"{len(failures)} failed" if failures else "all passed")
     sys.exit(1 if failures else 0)

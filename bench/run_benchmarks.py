@@ -398,6 +398,25 @@ def render(json_path: str, report_path: str) -> int:
     the report's folder."""
     with open(json_path) as f:
         doc = json.load(f)
+    env = doc.get("environment", {})
+    cmd = env.get("command") or ""
+    if "planned" not in doc and env.get("mode") == "full" and not any(
+            o in cmd.split() for o in ("--ops", "--no-varlen", "--varlen-only", "--cpu-only", "--smoke")):
+        # results.json written before runs recorded their plan: a full run's plan is the suite's
+        # whole GPU list, so the report can still list what such a run did not reach
+        doc["planned"] = [{"variant": v.key, "shape": s.key, "label": s.label}
+                          for v, s in problems.gpu_work(False, "--varlen-all" in cmd.split())]
+    if env.get("merged_runs") and not any(k in r for r in env["merged_runs"]
+                                          for k in ("gpu_rows_dropped", "cpu_rows_dropped")):
+        # written before --merge recorded what it dropped: it kept GPU rows of its own GPU model only
+        sections = {r["section"] for r in doc.get("rows", [])}
+        for run in env["merged_runs"]:
+            if env.get("mode") != "cpu-only" and run.get("device") != env.get("device"):
+                run["gpu_rows_dropped"] = True
+            if "cpu" not in sections:
+                run["cpu_rows_dropped"] = True
+        env["merged_runs"] = [r for r in env["merged_runs"]
+                              if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
     src = os.path.dirname(os.path.abspath(json_path))
     plots_json = os.path.join(src, "plots.json")
     if os.path.exists(plots_json):
@@ -475,6 +494,8 @@ def main(argv=None) -> int:
         # One report, one GPU model (and one host CPU for the CPU section): rows measured on another
         # card would sit beside this run's with nothing in the table to tell them apart. A merge is
         # transitive, so the earlier run's device stands for every run it had merged in.
+        earlier = prev.pop("merged_runs", [])
+        runs = ([prev] if prev else []) + earlier
         for section, key, measured_here in (("gpu", "device", not args.cpu_only),
                                              ("cpu", "host_cpu", not args.skip_cpu)):
             if measured_here and prev.get(key) != env.get(key):
@@ -483,9 +504,16 @@ def main(argv=None) -> int:
                     log(f"--merge: dropping {n} earlier {section} rows measured on "
                         f"{prev.get(key)!r}, not this run's {env.get(key)!r}")
                 old_rows = [r for r in old_rows if r["section"] != section]
-        # the earlier run's own environment, then the runs it had merged in: every run whose rows remain
-        earlier = prev.pop("merged_runs", [])
-        env["merged_runs"] = ([prev] if prev else []) + earlier
+                for run in runs:  # the report says which of the earlier runs' rows remain
+                    run[f"{section}_rows_dropped"] = True
+        # the earlier run's own environment, then the runs it had merged in, while any of their rows
+        # remain (a run is not attributed row by row: a section's rows are kept or dropped together)
+        left = {r["section"] for r in old_rows}
+        for run in runs:
+            for section in ("gpu", "cpu"):
+                if section not in left:
+                    run[f"{section}_rows_dropped"] = True
+        env["merged_runs"] = [r for r in runs if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
 
     state = {"environment": env, "ceilings": ceil, "rows": [], "skipped": [], "notes": []}
 
@@ -529,6 +557,9 @@ def main(argv=None) -> int:
             items = [it for it in items if it[1].varlen]
         items = select(items, args.ops, directions)
         log(f"{len(items)} GPU work items x {len(directions)} directions")
+        # what this run set out to measure: a run cut off before its end (a call's time limit) leaves
+        # a results.json whose report lists the items it never reached
+        state["planned"] = [{"variant": v.key, "shape": s.key, "label": s.label} for v, s in items]
         impl_list = [("ours", ours), ("fla", fla)]
         for n, (var, shape) in enumerate(items):
             if budget_left() <= 0:

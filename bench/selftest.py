@@ -131,6 +131,17 @@ def test_merge(tmp):
     json.dump(doc, open(path, "w"))
     run_benchmarks.main(base + ["--ops", "simple_gla", "--merge"])
     check(families() == {"simple_gla"}, f"--merge drops rows measured on another GPU ({sorted(families())})")
+    md = open(os.path.join(out, "BENCHMARKS.md")).read()
+    check("earlier run merged in" not in md, "the report lists no earlier run once none of its rows remain")
+    check("Partial run" not in md, "a complete run is not reported as partial")
+    doc = json.load(open(path))  # a run cut off before one of its planned items
+    doc["planned"].append({"variant": "gla", "shape": "2x8192", "label": "2×8192"})
+    json.dump(doc, open(path, "w"))
+    md2 = os.path.join(tmp, "partial.md")
+    run_benchmarks.main(["--render", path, "--report", md2])
+    md = open(md2).read()
+    check("Partial run: 1 of the" in md and "`gla` 2×8192: not reached" in md,
+          "a planned item without rows is reported as not reached")
 
 
 def test_smoke(tmp):

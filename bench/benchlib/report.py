@@ -78,6 +78,14 @@ def _row_order(r):
 # ------------------------------------------------------------------ markdown
 
 
+def _unreached(doc: dict) -> list[dict]:
+    """The GPU items the run planned (results.json's "planned") that have no row and no skip
+    record: the run was cut off before them."""
+    have = {(r["variant"], r["shape"]) for r in doc.get("rows", []) if r["section"] == "gpu"}
+    have |= {(s["variant"], s["shape"]) for s in doc.get("skipped") or []}
+    return [p for p in doc.get("planned") or [] if (p["variant"], p["shape"]) not in have]
+
+
 def write_markdown(doc: dict, path: str) -> None:
     env = doc.get("environment", {})
     ceil = doc.get("ceilings")
@@ -91,6 +99,12 @@ def write_markdown(doc: dict, path: str) -> None:
       "`bench/README.md` explains each column and the floor formulas.")
     w("")
     mode = env.get("mode", "?")
+    unreached = _unreached(doc)
+    if unreached:
+        w(f"> ⚠️ **Partial run: {len(unreached)} of the {len(doc['planned'])} planned work items were "
+          "not reached** (the run ended before them; listed under \"Not run\" at the end). Their "
+          "operators' summary rows count only the shapes measured.")
+        w("")
     if mode == "dry-run":
         w("> ⚠️ **DRY RUN: every time, memory figure, error and ceiling below is made up** (no GPU was "
           "used). This file only shows the report's layout.")
@@ -134,8 +148,10 @@ def write_markdown(doc: dict, path: str) -> None:
     for k, v in items:
         w(f"| {k} | {_esc(v, 200)} |")
     for i, run in enumerate(env.get("merged_runs") or []):
+        kept = ("; its GPU rows dropped (another GPU), CPU rows kept" if run.get("gpu_rows_dropped")
+                else "; its CPU rows dropped (another host CPU), GPU rows kept" if run.get("cpu_rows_dropped") else "")
         w(f"| earlier run merged in ({i + 1}) | {_esc(run.get('date_utc'))}, `{_esc(run.get('command'), 120)}`, "
-          f"{_esc(run.get('device'))} |")
+          f"{_esc(run.get('device'))}{kept} |")
     w("")
 
     if ceil and ceil.get("assumed"):
@@ -226,11 +242,14 @@ def write_markdown(doc: dict, path: str) -> None:
     if cpu:
         _cpu(w, cpu, doc)
 
-    if doc.get("skipped"):
+    unreached = _unreached(doc)
+    if doc.get("skipped") or unreached:
         w("## Not run")
         w("")
-        for s in doc["skipped"]:
+        for s in doc.get("skipped") or []:
             w(f"- `{s['variant']}` {s['shape']}: {_esc(s['why'], 200)}")
+        for s in unreached:
+            w(f"- `{s['variant']}` {_esc(s.get('label') or s['shape'])}: not reached (the run ended before it)")
         w("")
     if doc.get("notes"):
         w("## Notes")

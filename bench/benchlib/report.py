@@ -150,8 +150,9 @@ def write_markdown(doc: dict, path: str) -> None:
     for i, run in enumerate(env.get("merged_runs") or []):
         kept = ("; its GPU rows dropped (another GPU), CPU rows kept" if run.get("gpu_rows_dropped")
                 else "; its CPU rows dropped (another host CPU), GPU rows kept" if run.get("cpu_rows_dropped") else "")
+        commit = f", linattn {run['linattn_commit'][:12]}" if run.get("linattn_commit") else ""
         w(f"| earlier run merged in ({i + 1}) | {_esc(run.get('date_utc'))}, `{_esc(run.get('command'), 120)}`, "
-          f"{_esc(run.get('device'))}{kept} |")
+          f"{_esc(run.get('device'))}{commit}{kept} |")
     w("")
 
     if ceil and ceil.get("assumed"):

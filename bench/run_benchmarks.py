@@ -337,6 +337,9 @@ def parse_args(argv=None):
     p.add_argument("--render", default=None, metavar="RESULTS_JSON",
                    help="run nothing: write --report from an existing results.json (plots beside it are "
                         "linked, not redrawn); how the committed BENCHMARKS.md at the repo root is made")
+    p.add_argument("--replot", action="store_true",
+                   help="with --render: redraw the plots from results.json first (a run cut off before its "
+                        "end has not drawn them)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     args.dry_run_timings = args.dry_run
@@ -393,7 +396,7 @@ def fmt_ms(res: dict) -> str:
     return f"{res['median_ms']:.3f} ms" if res.get("status") == "ok" else res.get("status", "?")
 
 
-def render(json_path: str, report_path: str) -> int:
+def render(json_path: str, report_path: str, replot: bool = False) -> int:
     """BENCHMARKS.md from a results.json written by an earlier run, plot links made relative to
     the report's folder."""
     with open(json_path) as f:
@@ -418,6 +421,11 @@ def render(json_path: str, report_path: str) -> int:
         env["merged_runs"] = [r for r in env["merged_runs"]
                               if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
     src = os.path.dirname(os.path.abspath(json_path))
+    if replot:
+        for f in os.listdir(src):  # plots of variants without rows would otherwise stay behind
+            if f.endswith(".png"):
+                os.remove(os.path.join(src, f))
+        report.plots(doc, src)
     plots_json = os.path.join(src, "plots.json")
     if os.path.exists(plots_json):
         with open(plots_json) as f:
@@ -436,7 +444,7 @@ def main(argv=None) -> int:
         args.out = (tempfile.mkdtemp(prefix="linattn-bench-") if args.dry_run or args.smoke
                     else os.path.join(REPO, "bench", "results"))
     if args.render:
-        return render(args.render, args.report or "BENCHMARKS.md")
+        return render(args.render, args.report or "BENCHMARKS.md", args.replot)
     os.makedirs(args.out, exist_ok=True)
     cuda = torch.cuda.is_available() and not args.dry_run and not args.cpu_only
     if not args.cpu_only and not args.dry_run and not args.smoke and not torch.cuda.is_available():

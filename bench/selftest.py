@@ -66,6 +66,9 @@ def test_dry_run(tmp):
     rmd = open(rendered).read()
     check(rc == 0 and rmd.count("](dry/") == len(pngs) and "do not edit by hand" in rmd,
           "--render rewrites the report elsewhere with the plot links adjusted")
+    os.remove(os.path.join(out, pngs[0]))
+    rc = run_benchmarks.main(["--render", os.path.join(out, "results.json"), "--report", rendered, "--replot"])
+    check(rc == 0 and os.path.exists(os.path.join(out, pngs[0])), "--render --replot redraws the plots")
 
 
 def test_status_paths():

@@ -258,6 +258,8 @@ class Runner:
         grads = "fwdbwd" in directions
         rvar, rshape, rx, rdo = problems.reduced_problem(var, shape, x0, do0, self.args.ref_tokens,
                                                          self.args.ref_heads)
+        # the implementations run every head of the reduced tokens and are compared on rvar's heads
+        fvar, _, fx, fdo = problems.reduced_problem(var, shape, x0, do0, self.args.ref_tokens, None)
         t0 = time.perf_counter()
         try:
             ref, provider = self.ref.run(rvar, rshape, rx, rdo, grads)
@@ -269,7 +271,7 @@ class Runner:
         cu_list = rshape.cu_seqlens()
         cu_cpu = None if cu_list is None else torch.tensor(cu_list, dtype=torch.long)
         cu = None if cu_cpu is None else cu_cpu.to(self.device)
-        info = {"provider": provider, "tokens": rshape.T, "H": rvar.H, "HV": rvar.HV,
+        info = {"provider": provider, "tokens": rshape.T, "H": rvar.H, "HV": rvar.HV, "impl_all_heads": True,
                 "seqlens": list(rshape.seqlens) if rshape.seqlens else None, "ref_s": ref_s}
         for r in rows:
             r["fp64"] = dict(info)
@@ -278,16 +280,15 @@ class Runner:
             for r in rows:
                 if r.get(name, {}).get("status") != "ok":
                     continue
-                xs = {n: t.detach().clone().requires_grad_(r["direction"] == "fwdbwd") for n, t in rx.items()}
-                call = self._call_fn(fn, rvar, r["direction"], [xs], [rdo], cu, cu_cpu)
+                xs = {n: t.detach().clone().requires_grad_(r["direction"] == "fwdbwd") for n, t in fx.items()}
+                call = self._call_fn(fn, fvar, r["direction"], [xs], [fdo], cu, cu_cpu)
                 try:
                     o, gs = call(0)
                 except Exception as e:  # noqa: BLE001
                     r["fp64"][name] = {"status": f"failed on the reduced problem: {measure.first_line(e)}"}
                     continue
-                mine = {"o": o}
-                if gs:
-                    mine.update(gs)
+                mine = {n: None if t is None else problems.head_slice(n, t, var, rvar.H, rvar.HV)
+                        for n, t in dict(o=o, **(gs or {})).items()}
                 want = {n: t for n, t in ref.items() if n == "o" or r["direction"] == "fwdbwd"}
                 r["fp64"][name] = measure.errors(mine, want)
 

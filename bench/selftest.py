@@ -49,6 +49,28 @@ def test_reference():
           f"linattn.reference agrees with the torch recurrence for {sorted(ref.families)} {ref.notes}")
 
 
+def test_head_slice():
+    """The float64 check compares the implementations' every-head run on its reference's heads:
+    slicing the every-head result must give the reduced-head result, for every variant (GVA,
+    in-kernel gates' per-head A_log / dt_bias) and every gradient."""
+    ref = impls.Reference(None, torch.device("cpu"))
+    worst = 0.0
+    for var in problems.gpu_variants():
+        v = var.with_heads(2, 4, 16, 16) if var.HV != var.H else var.with_heads(3, 3, 16, 16)
+        shape = problems.varlen_shape("random", 3, 150)
+        x = problems.make_inputs(v, shape, device="cpu", dtype=torch.float64, gate_dtype=torch.float64,
+                                 beta_dtype=torch.float64, seed=7)
+        do = problems.make_do(v, shape, device="cpu", dtype=torch.float64, seed=7)
+        fvar, fshape, fx, fdo = problems.reduced_problem(v, shape, x, do, 120, None)
+        rvar, rshape, rx, rdo = problems.reduced_problem(v, shape, x, do, 120, 2)
+        full, _ = ref.run(fvar, fshape, fx, fdo, True)
+        red, _ = ref.run(rvar, rshape, rx, rdo, True)
+        check(set(full) == set(red) and fvar.HV > rvar.HV, f"head slice: {var.key} has the reduced run's outputs")
+        for n, t in red.items():
+            worst = max(worst, (problems.head_slice(n, full[n], v, rvar.H, rvar.HV) - t).abs().max().item())
+    check(worst < 1e-10, f"head slice of the every-head run equals the reduced-head run ({worst:.1e})")
+
+
 def test_dry_run(tmp):
     out = os.path.join(tmp, "dry")
     rc = run_benchmarks.main(["--out", out, "--dry-run", "--skip-cpu", "--no-varlen"])
@@ -161,6 +183,7 @@ def test_smoke(tmp):
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         test_reference()
+        test_head_slice()
         test_dry_run(tmp)
         test_status_paths()
         test_merge(tmp)

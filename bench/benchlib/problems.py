@@ -302,14 +302,32 @@ def call_op(fn, var: Variant, x: dict[str, torch.Tensor], cu: torch.Tensor | Non
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def head_slice(name: str, t: torch.Tensor, var: Variant, h: int, hv: int) -> torch.Tensor:
+    """The first h query/key heads and hv value heads of an input (by its name: q, k, v, g, beta,
+    A_log, dt_bias), of its gradient (dq, dk, ...) or of the output o."""
+    base = name[1:] if name.startswith("d") and name[1:] in GRAD_NAMES else name
+    if base in ("q", "k"):
+        return t[:, :, :h]
+    if base in ("v", "g", "beta", "o"):
+        return t[:, :, :hv]
+    if base == "A_log":
+        return t[:hv]
+    if base == "dt_bias":
+        return t.view(var.HV, -1)[:hv].reshape(-1)
+    raise KeyError(name)
+
+
 def reduced_problem(var: Variant, shape: Shape, x: dict[str, torch.Tensor], do: torch.Tensor,
-                    max_tokens: int, max_heads: int):
+                    max_tokens: int, max_heads: int | None):
     """The problem on which the float64 reference runs: batch 0, the first max_tokens tokens
     (for varlen: the leading sequences, the one crossing the limit truncated), the first
-    max_heads value heads with their query/key heads. Returns (variant, shape, inputs, dO), all
-    fresh leaves (contiguous copies)."""
+    max_heads value heads with their query/key heads (None: every head). Returns (variant, shape,
+    inputs, dO), all fresh leaves (contiguous copies). The implementations run the every-head
+    form and are compared on the reference's heads (`head_slice`): heads are independent, and
+    the kernels then see the head counts of the timed problem (FLA's autotuning keys hold H and
+    HV, so a 2-head problem would be tuned again; linattn's split heuristics count chains)."""
     G = var.HV // var.H
-    h = max(1, min(var.H, math.ceil(max_heads / G)))
+    h = var.H if max_heads is None else max(1, min(var.H, math.ceil(max_heads / G)))
     hv = h * G  # keep HV = G * H
     tokens = min(max_tokens, shape.T)
     if shape.varlen:
@@ -327,17 +345,8 @@ def reduced_problem(var: Variant, shape: Shape, x: dict[str, torch.Tensor], do: 
     rvar = var.with_heads(h, hv, var.K, var.V)
     rx = {}
     for n, t in x.items():
-        if n in ("q", "k"):
-            r = t[:1, :T, :h]
-        elif n in ("v", "g", "beta"):
-            r = t[:1, :T, :hv]
-        elif n == "A_log":
-            r = t[:hv]
-        elif n == "dt_bias":
-            r = t.view(var.HV, -1)[:hv].reshape(-1)
-        else:
-            raise KeyError(n)
-        rx[n] = r.detach().clone().contiguous()
+        r = t[:1, :T] if n in ("q", "k", "v", "g", "beta") else t
+        rx[n] = head_slice(n, r, var, h, hv).detach().clone().contiguous()
     rdo = do[:1, :T, :hv].detach().clone().contiguous()
     return rvar, rshape, rx, rdo
 

@@ -279,8 +279,10 @@ def _fp64_desc(rows) -> str:
     prov = sorted({i["provider"] for i in infos})
     return (f"batch 0, the first {max(toks)} tokens (varlen: the leading sequences up to that many tokens, "
             f"the last one truncated; shorter problems use all their tokens), the first "
-            f"{'/'.join(map(str, hvs))} value heads with their query/key heads; reference computed by "
-            f"{' and '.join(prov)}")
+            f"{'/'.join(map(str, hvs))} value heads with their query/key heads"
+            + (" (the implementations run every head of those tokens, compared on these)"
+               if all(i.get("impl_all_heads") for i in infos) else "")
+            + f"; reference computed by {' and '.join(prov)}")
 
 
 def _geomean(xs):

@@ -1024,26 +1024,30 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     T* Qd = Kmin + 96 * ld;              // 48 rows: I = 1, 2, 3 -> rows 16 I .. 16 I + 15 at 16 (I - 1)
     T* Kd = Qd + 48 * ld;                // 48 rows, same, β folded in
     constexpr int kDecayRows = DELTA ? 192 : 144;  // Kd (β folded in) only with the delta rule
-    for (int e = tid; e < kDecayRows * 16; e += kThreads) {
-      const int R = e >> 4, cc = (e & 15) * 4;
+    // Thread tid takes channels 4 (tid % 16) .. +4 of row tid / 16 of each 16-row group of the
+    // operands; the group index it fixes which operand, block and reference row a row belongs to
+    // at compile time (no per-element index arithmetic or branches: ncu, session 28).
+    static_assert(kThreads == 256, "16 rows of 16 threads a group");
+    const int cc = (tid & 15) * 4, rb = tid >> 4;
+#pragma unroll
+    for (int it = 0; it < kDecayRows / 16; ++it) {
+      const int R = rb + 16 * it;
       int row, r;
       const T* src;
       float sc;
-      bool minus;
-      if (R < 96) {
-        const int I = R < 16 ? 1 : (R < 48 ? 2 : 3);
+      const bool minus = it < 6;  // Kmin rows (96): groups 0 (I = 1), 1-2 (I = 2), 3-5 (I = 3)
+      if (minus) {
+        const int I = it == 0 ? 1 : (it < 3 ? 2 : 3);
         r = 16 * I;
         row = R - (I == 1 ? 0 : (I == 2 ? 16 : 48));
         src = ks;
         sc = rk[row];
-        minus = true;
-      } else {
-        const int R2 = R - 96, which = R2 / 48, rr = R2 - which * 48;
-        r = 16 * (rr / 16 + 1);
-        row = r + (rr & 15);
+      } else {  // Qd (groups 6-8), Kd (9-11): block I = (it - 6) % 3 + 1
+        const int which = (it - 6) / 3;
+        r = 16 * ((it - 6) % 3 + 1);
+        row = r + rb;
         src = which == 0 ? qs : ks;
         sc = which == 0 ? rq[row] : rk[row] * bet[row];
-        minus = false;
       }
       float xv[4];
 #pragma unroll

@@ -59,8 +59,10 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
 
 
 def environment(args, ours: impls.Impl, fla: impls.Impl, device: torch.device) -> dict:
+    now = datetime.datetime.now(datetime.timezone.utc)
     env = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "run_id": now.isoformat(),  # what each row's `run` names (date_utc is to the minute)
         "command": "python3 " + " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
         "host_cpu": _cpu_name(),
         "host_cpu_count": os.cpu_count(),
@@ -397,6 +399,26 @@ def fmt_ms(res: dict) -> str:
     return f"{res['median_ms']:.3f} ms" if res.get("status") == "ok" else res.get("status", "?")
 
 
+def prune_merged_runs(env: dict, rows: list) -> None:
+    """Keep in env["merged_runs"] only the earlier runs some row still comes from. A row records
+    its run (`run`: that run's run_id); rows written before runs were recorded carry none and
+    keep every earlier run of their section listed. A run on another GPU model keeps no GPU rows
+    (--merge drops them), whatever its rows say."""
+    stamped = {(r["section"], r["run"]) for r in rows if r.get("run")}
+    unstamped = {r["section"] for r in rows if not r.get("run")}
+    kept = []
+    for run in env.get("merged_runs") or []:
+        for section in ("gpu", "cpu"):
+            if section not in unstamped and (section, run.get("run_id")) not in stamped:
+                run[f"{section}_rows_dropped"] = True
+        if env.get("mode") != "cpu-only" and run.get("device") != env.get("device"):
+            run["gpu_rows_dropped"] = True
+        if not (run.get("gpu_rows_dropped") and run.get("cpu_rows_dropped")):
+            kept.append(run)
+    if "merged_runs" in env:
+        env["merged_runs"] = kept
+
+
 def render(json_path: str, report_path: str, replot: bool = False) -> int:
     """BENCHMARKS.md from a results.json written by an earlier run, plot links made relative to
     the report's folder."""
@@ -421,6 +443,7 @@ def render(json_path: str, report_path: str, replot: bool = False) -> int:
                 run["cpu_rows_dropped"] = True
         env["merged_runs"] = [r for r in env["merged_runs"]
                               if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
+    prune_merged_runs(env, doc.get("rows", []))
     src = os.path.dirname(os.path.abspath(json_path))
     if replot:
         for f in os.listdir(src):  # plots of variants without rows would otherwise stay behind
@@ -530,8 +553,11 @@ def main(argv=None) -> int:
         return (r["section"], r["variant"], r["shape"], r["direction"], r["H"], r["HV"], r["K"], r["V"])
 
     def flush(plots=False):
+        for r in state["rows"]:  # which run measured each row: the report lists only runs with rows left
+            r.setdefault("run", env["run_id"])
         new = {rowkey(r) for r in state["rows"]}
         merged = [r for r in old_rows if rowkey(r) not in new] + state["rows"]
+        prune_merged_runs(env, merged)
         doc = dict(state, rows=merged, notes=state["notes"] + ref.notes)
         with open(json_path + ".tmp", "w") as f:
             json.dump(doc, f, indent=1, default=str)

@@ -167,6 +167,16 @@ def test_merge(tmp):
     md = open(md2).read()
     check("Partial run: 1 of the" in md and "`gla` 2×8192: not reached" in md,
           "a planned item without rows is reported as not reached")
+    run_benchmarks.main(base + ["--ops", "gla", "--merge"])  # same device: simple_gla's run stays listed
+    md = open(os.path.join(out, "BENCHMARKS.md")).read()
+    check(md.count("earlier run merged in") == 1, "a merged run with rows left is listed")
+    run_benchmarks.main(base + ["--ops", "gla,simple_gla", "--merge"])  # supersedes both earlier runs
+    md = open(os.path.join(out, "BENCHMARKS.md")).read()
+    doc = json.load(open(path))
+    check("earlier run merged in" not in md and not doc["environment"]["merged_runs"],
+          "earlier runs whose rows were all measured again are not listed")
+    check(all(r.get("run") == doc["environment"]["run_id"] for r in doc["rows"]),
+          "every row records the run that measured it")
 
 
 def test_smoke(tmp):

@@ -1027,13 +1027,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     // Thread tid takes channels 4 (tid % 16) .. +4 of row tid / 16 of each 16-row group of the
     // operands; the group index it fixes which operand, block and reference row a row belongs to
     // at compile time (no per-element index arithmetic or branches: ncu, session 28).
-    // Unrolled in the 16-bit kernels only: the float32 form's kernel (one CTA an SM, ~210
-    // registers) lost 2-5% end to end with the unrolled copy (BENCHMARKS, session 29: more code in
-    // a kernel already bound by instruction fetch), so it keeps the loop rolled.
     static_assert(kThreads == 256, "16 rows of 16 threads a group");
     const int cc = (tid & 15) * 4, rb = tid >> 4;
-    constexpr int kDecayUnroll = kIs16<T> ? kDecayRows / 16 : 1;
-#pragma unroll kDecayUnroll
+#pragma unroll
     for (int it = 0; it < kDecayRows / 16; ++it) {
       const int R = rb + 16 * it;
       int row, r;

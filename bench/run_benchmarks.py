@@ -432,17 +432,7 @@ def render(json_path: str, report_path: str, replot: bool = False) -> int:
         # whole GPU list, so the report can still list what such a run did not reach
         doc["planned"] = [{"variant": v.key, "shape": s.key, "label": s.label}
                           for v, s in problems.gpu_work(False, "--varlen-all" in cmd.split())]
-    if env.get("merged_runs") and not any(k in r for r in env["merged_runs"]
-                                          for k in ("gpu_rows_dropped", "cpu_rows_dropped")):
-        # written before --merge recorded what it dropped: it kept GPU rows of its own GPU model only
-        sections = {r["section"] for r in doc.get("rows", [])}
-        for run in env["merged_runs"]:
-            if env.get("mode") != "cpu-only" and run.get("device") != env.get("device"):
-                run["gpu_rows_dropped"] = True
-            if "cpu" not in sections:
-                run["cpu_rows_dropped"] = True
-        env["merged_runs"] = [r for r in env["merged_runs"]
-                              if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
+    # (also results.json written before --merge recorded what it dropped or rows their run)
     prune_merged_runs(env, doc.get("rows", []))
     src = os.path.dirname(os.path.abspath(json_path))
     if replot:

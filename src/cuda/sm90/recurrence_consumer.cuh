@@ -28,7 +28,13 @@ enum class PassOut {
                 // alone, the segments' end states
   kRecompute,   // the backward's recompute: the state before each chunk (float32, StateParams::h)
                 // and V_new (StateParams::vnew); with StateParams::U_lo, U and V_new as hi + lo
+  kSaved,       // a forward that fills a saved buffer (disable_recompute): kRecompute's writes and
+                // O in the same pass (no 16-bit copy of the states for a separate output kernel)
 };
+
+// What a pass of kind OUT computes: O (the forward, the saving forward), the recompute's writes.
+constexpr bool writes_o(PassOut out) { return out == PassOut::kOutput || out == PassOut::kSaved; }
+constexpr bool writes_recompute(PassOut out) { return out == PassOut::kRecompute || out == PassOut::kSaved; }
 
 // One stage of the chunk operands the consumer reads (bf16 / fp16 E): 65 KB with the delta rule.
 template <class E, bool DELTA>
@@ -54,15 +60,25 @@ struct alignas(1024) RecomputeStage {
   alignas(16) float ge[kK];
 };
 
+// The saving forward's stage: the forward's operands and, with the delta rule, U's low half (the
+// split form's V_new low half goes to the saved buffer): 73 KB with the delta rule.
+template <class E, bool DELTA>
+struct alignas(1024) SavedStage : RecurrenceStage<E, DELTA> {
+  static constexpr bool kLo = DELTA;
+  alignas(1024) E ulo[DELTA ? kC * kVT : 8];
+};
+
 template <class E, bool DELTA, PassOut OUT>
-using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E, DELTA>, RecurrenceStage<E, DELTA>>;
+using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E, DELTA>,
+                                   std::conditional_t<OUT == PassOut::kSaved, SavedStage<E, DELTA>, RecurrenceStage<E, DELTA>>>;
 
 // The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
 // warpgroup (tid: the index within it).
-// OUT other than kOutput: no O (Qg S, Aqk V_new and the O stores dropped).
+// OUT without O (writes_o): Qg S, Aqk V_new and the O stores dropped.
 template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput>
 struct RecurrenceConsumer {
-  static constexpr bool kO = OUT == PassOut::kOutput;
+  static constexpr bool kO = writes_o(OUT);
+  static constexpr bool kRe = writes_recompute(OUT);
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
@@ -160,7 +176,7 @@ struct RecurrenceConsumer {
 
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
   // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride); the recompute
-  // (OUT = kRecompute) writes ro instead. The stage's last read is complete when this returns (its
+  // (OUT = kRecompute) writes ro instead, the saving forward (kSaved) both. The stage's last read is complete when this returns (its
   // wgmmas waited). zero_u: U taken as 0 (a transition tile; st.u is not read).
   __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false,
                                         const RecomputeOut* ro = nullptr) {
@@ -180,7 +196,7 @@ struct RecurrenceConsumer {
     const bool split = Stage::kLo && ro->vnew_lo != nullptr;
 
     acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
-    if constexpr (OUT == PassOut::kRecompute) {  // S before this chunk, float32
+    if constexpr (kRe) {  // S before this chunk, float32
       // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
       const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
       float* hb = ro->h + kern::state_index<kK>(ro->V, ro->v_first, 2 * t, 16 * warp + g);
@@ -231,7 +247,7 @@ struct RecurrenceConsumer {
       if constexpr (Stage::kLo) Vl(i) = E(vn - static_cast<float>(Va(i)));
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
-    if constexpr (OUT == PassOut::kRecompute) {
+    if constexpr (kRe) {
       // V_new always with the delta rule: a runtime test there made ptxas serialize the wgmmas
       // (C7520, a divergent path); without it V_new is written only for a saving forward's output
       if constexpr (DELTA) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);

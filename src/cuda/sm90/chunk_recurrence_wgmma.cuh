@@ -40,13 +40,14 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 // kRecompute (the backward's recompute; sequence map, no RAW): the state before each chunk and V_new
 // (StateParams::h, vnew, vnew_lo), no O. kSaved (a forward that fills a saved buffer): the same
 // writes and O.
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
+// SPLIT: the recompute's split form (U_lo staged, V_new's low half written), compile-time.
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool TRANS = OUT == PassOut::kTransition;
   constexpr bool kO = writes_o(OUT), kRe = writes_recompute(OUT);
   static_assert(!RAW || !kRe, "the recompute reads Qg / KgT");
-  using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT>;
+  using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>;
   using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES, OUT>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
@@ -98,11 +99,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
                                       vs, tid, valid);
       } else {
         copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.u), static_cast<const T*>(p.U) + blk * kC * V + v0, V, tid);
-        if constexpr (kRe && DELTA) {
-          if (p.U_lo)
-            copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.ulo), static_cast<const T*>(p.U_lo) + blk * kC * V + v0,
-                                           V, tid);
-        }
+        if constexpr (SPLIT)
+          copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.ulo), static_cast<const T*>(p.U_lo) + blk * kC * V + v0,
+                                         V, tid);
       }
       tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
       // full[s] completes when every producer thread's copies of this stage have landed
@@ -150,7 +149,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 #endif
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT = false>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
   static_assert(smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>() <= 227 * 1024,
@@ -158,7 +157,7 @@ cudaError_t launch(const StateParams& p, cudaStream_t s) {
   // the transitions' and the state map's M columns after the V columns
   const bool mcols = DELTA && (TRANS || (OUT == PassOut::kOutput && p.map_o != nullptr));
   const dim3 grid = SequentialScheduler<kVT>::grid_shape(mcols ? p.V + kK : p.V, p.HV, p.N);
-  return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>,
+  return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT, SPLIT>,
                           smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>(), grid, 2 * kThreads,
                           p, s);
 }
@@ -173,8 +172,15 @@ cudaError_t launch_type(const StateParams& p, cudaStream_t s) {
   constexpr PassOut kOut = PassOut::kOutput, kTrans = PassOut::kTransition, kRe = PassOut::kRecompute,
                     kSav = PassOut::kSaved;
   const bool raw = p.q_raw != nullptr, trans = p.trans != nullptr;
-  if (p.h && p.o) return p.delta ? launch<T, true, false, 3, kSav>(p, s) : launch<T, false, false, 2, kSav>(p, s);
-  if (p.h) return p.delta ? launch<T, true, false, 4, kRe>(p, s) : launch<T, false, false, 4, kRe>(p, s);
+  const bool split = p.U_lo != nullptr;  // (recurrence_wgmma_applies: with vnew_lo, delta rule only)
+  if (p.h && p.o) {
+    if (!p.delta) return launch<T, false, false, 2, kSav>(p, s);
+    return split ? launch<T, true, false, 3, kSav, true>(p, s) : launch<T, true, false, 3, kSav>(p, s);
+  }
+  if (p.h) {
+    if (!p.delta) return launch<T, false, false, 4, kRe>(p, s);
+    return split ? launch<T, true, false, 4, kRe, true>(p, s) : launch<T, true, false, 4, kRe>(p, s);
+  }
   if (p.delta) {
     if (trans) return raw ? launch<T, true, true, 3, kTrans>(p, s) : launch<T, true, false, 3, kTrans>(p, s);
     return raw ? launch<T, true, true, 3, kOut>(p, s) : launch<T, true, false, 3, kOut>(p, s);

@@ -74,8 +74,10 @@ using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E,
 
 // The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
 // warpgroup (tid: the index within it).
-// OUT without O (writes_o): Qg S, Aqk V_new and the O stores dropped.
-template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput>
+// OUT without O (writes_o): Qg S, Aqk V_new and the O stores dropped. SPLIT (the recompute's
+// split form, U and V_new as hi + lo) is a compile-time choice: a runtime test between a
+// warpgroup's wgmmas made ptxas serialise them (C7520, a divergent path).
+template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput, bool SPLIT = false>
 struct RecurrenceConsumer {
   static constexpr bool kO = writes_o(OUT);
   static constexpr bool kRe = writes_recompute(OUT);
@@ -193,7 +195,7 @@ struct RecurrenceConsumer {
     Tensor Vk = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // f ⊙ V_new (raw rows)
     Tensor Vl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // V_new's low half (recompute)
     const T* Us = reinterpret_cast<const T*>(st.u);
-    const bool split = Stage::kLo && ro->vnew_lo != nullptr;
+    static_assert(!SPLIT || (Stage::kLo && kRe), "the split form is the recompute's, with U's low half staged");
 
     acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
     if constexpr (kRe) {  // S before this chunk, float32
@@ -240,11 +242,9 @@ struct RecurrenceConsumer {
       const int ui = uoff + (i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1);
       float vn = zero_u ? 0.f : to_f(Us[ui]);
       if constexpr (DELTA) vn -= P(i);
-      if constexpr (Stage::kLo) {
-        if (split) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
-      }
+      if constexpr (SPLIT) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
       Va(i) = E(vn);
-      if constexpr (Stage::kLo) Vl(i) = E(vn - static_cast<float>(Va(i)));
+      if constexpr (SPLIT) Vl(i) = E(vn - static_cast<float>(Va(i)));
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
     if constexpr (kRe) {
@@ -252,7 +252,7 @@ struct RecurrenceConsumer {
       // (C7520, a divergent path); without it V_new is written only for a saving forward's output
       if constexpr (DELTA) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
       else if (ro->vnew) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
-      if (split) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
+      if constexpr (SPLIT) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
     }
     // S += Kg V_new (+ Kg V_new's low half, split)
     fence_regs(S);
@@ -261,7 +261,7 @@ struct RecurrenceConsumer {
     fence_regs(Vl);
     warpgroup_arrive();
     wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
-    if (split) wg_gemm<false>(mmaS, Vl, tK, S);
+    if constexpr (SPLIT) wg_gemm<false>(mmaS, Vl, tK, S);
     warpgroup_commit_batch();
     if constexpr (!kO) {
       warpgroup_wait<0>();

@@ -585,8 +585,10 @@ cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t
     // the forward's fused pass, a saving forward's (O in the pass), or no O
     if (e != cudaSuccess || !p.o || p.hs == nullptr) return e;
     wgmma = true;  // the float32 form's recompute with hs: the output kernel next
-  } else if (p.h && p.o && !p.hs) {
-    return cudaErrorInvalidValue;  // O in the recompute's pass is the wgmma pass's alone (the host's plan disagrees)
+  } else if (p.h && p.o && p.vnew && !p.hs) {
+    // a saving forward (vnew set; a plain forward returning its chunk states has none) planned
+    // without hs: O in the recompute's pass is the wgmma pass's alone
+    return cudaErrorInvalidValue;
   } else if (fused_warp_applies(dtype, p)) {
     return launch_fused_warp(dtype, p, s);
   }

@@ -178,8 +178,9 @@ struct RecurrenceConsumer {
 
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
   // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride); the recompute
-  // (OUT = kRecompute) writes ro instead, the saving forward (kSaved) both. The stage's last read is complete when this returns (its
-  // wgmmas waited). zero_u: U taken as 0 (a transition tile; st.u is not read).
+  // (OUT = kRecompute) writes ro instead, the saving forward (kSaved) both. The stage's last read
+  // is complete when this returns (its wgmmas waited). zero_u: U taken as 0 (a transition tile;
+  // st.u is not read).
   __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false,
                                         const RecomputeOut* ro = nullptr) {
     auto thr64 = mma64.get_thread_slice(tid);

@@ -662,6 +662,19 @@ std::vector<Case> saved_cases() {
   e.V = 256;
   e.dht = true;
   v.push_back(e);
+  // K = V = 128 in 16 bits: on an sm_90a build and device the saving forward's O comes from the
+  // recompute's own wgmma pass (kSaved), elsewhere from the output kernel
+  Case f = a;  // KDA bf16 split, varlen with an empty and a one-token sequence, h0, dht
+  f.B = 1;
+  f.T = 200;
+  f.K = 128;
+  f.V = 128;
+  f.cu = {0, 1, 1, 130, 200};
+  v.push_back(f);
+  Case g = b;  // GDN fp16 GVA split at K = V = 128, V = 2 tiles of 64
+  g.K = 128;
+  g.V = 128;
+  v.push_back(g);
   return v;
 }
 
@@ -1013,6 +1026,11 @@ TEST(CudaBackward, NoDeltaSmallSaved) {
   { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat32; c.K = 128; c.v_first = true; c.dht = true; cases.push_back(c); }
   { Case c = no_delta_case(Family::kSimpleGLA); c.dt = DType::kFloat16; c.g_gamma = true; c.T = 200; c.H = 1; c.HV = 2;
     c.cu = {0, 70, 70, 200}; c.h0 = true; c.dht = true; cases.push_back(c); }
+  // K = V = 128 in 16 bits: O in the recompute's pass on Hopper (kSaved)
+  { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.T = 200; c.cu = {0, 1, 1, 130, 200}; c.h0 = true;
+    c.dht = true; cases.push_back(c); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.K = 128; c.V = 128; c.B = 2; c.T = 150; c.v_first = true; c.h0 = true;
+    c.dht = true; cases.push_back(c); }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name());
     const Inputs x = make_inputs(c, /*backward=*/true);

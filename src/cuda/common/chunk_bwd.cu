@@ -538,11 +538,13 @@ struct ChunkPlan {
   }
 };
 
-// Workspace of a forward that fills a saved buffer: the maps and the chunk-start states in the
-// compute type for the output kernel (hs). U and its low half are written where V_new and its low half go (the
+// Workspace of a forward that fills a saved buffer: the maps and, where the state pass does not
+// compute O itself (kern::saved_forward_o_in_pass), the chunk-start states in the compute type for
+// the output kernel (hs). U and its low half are written where V_new and its low half go (the
 // state pass reads each element before it writes it, same thread).
 struct SavedForwardPlan {
-  std::size_t seqs = 0, chunks = 0, hs = 0, total = 0;
+  std::size_t seqs = 0, chunks = 0, hs = kNone, total = 0;
+  static constexpr std::size_t kNone = ~std::size_t{0};
   SavedForwardPlan(const detail::Problem& p, Compute compute) {
     const ComputeForm cf(p, compute);
     const std::size_t es = cf.f32 ? 4 : 2;
@@ -550,7 +552,10 @@ struct SavedForwardPlan {
     std::size_t o = 0;
     seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
-    hs = o; o = align_up(o + nb * p.K * p.V * es);
+    const int cdt = cf.f32 ? 2 : dtype_code(p.dtype);
+    if (!kern::saved_forward_o_in_pass(cdt, static_cast<int>(p.K), static_cast<int>(p.V))) {
+      hs = o; o = align_up(o + nb * p.K * p.V * es);
+    }
     total = o;
   }
 };
@@ -1177,7 +1182,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
   fo.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
   fo.o = out.o.data;
   fo.o_dt = dt;
-  fo.hs = base + pl.hs;
+  fo.hs = pl.hs == SavedForwardPlan::kNone ? nullptr : base + pl.hs;
   if (Status fs = run_front(p, in, cdt, cf.split, fb, fo, st); !fs.ok()) return fs;
   if (out.h.present() && p.num_chunks > 0) {  // return_intermediate_states: the saved float32 states
     const int64_t n = p.num_chunks * p.HV * p.K * p.V;

@@ -1,6 +1,7 @@
 // The chunked (WY-form) backward of KDA / GDN on tensor cores: pass 1 (sequential dS / dV_new)
 // and pass 2 (chunk-parallel dq, dk, dv, dβ, dγ). docs/chunked_backward.md derives every formula;
 // src/cpu/common/chunk_bwd.cpp is the float64-tested CPU twin. Design notes in chunk_bwd.cuh.
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/common/chunk_bwd.cuh"
@@ -1185,15 +1186,20 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
             const int64_t step = static_cast<int64_t>(HV) * K;
             // the dtype dispatched once, the row pointer stepped (not a switch and an index product
             // a token: 8% of the GLA kernel's instructions, ncu session 28)
-            auto walk = [&](auto* out) {
-              using Out = std::remove_pointer_t<decltype(out)>;
-              out += gofs + static_cast<int64_t>(16 * seg + 15) * step;
+            // The row address steps as an integer: rows past the chunk's end (not stored) and the
+            // step past row 0 after the last store would be out-of-range pointers.
+            auto walk = [&](auto* out0) {
+              using Out = std::remove_pointer_t<decltype(out0)>;
+              const std::uintptr_t bstep = static_cast<std::uintptr_t>(step) * sizeof(Out);
+              std::uintptr_t a = reinterpret_cast<std::uintptr_t>(out0) +
+                                 static_cast<std::uintptr_t>(gofs + static_cast<int64_t>(16 * seg + 15) * step) * sizeof(Out);
 #pragma unroll 1  // rolled: the kernel's code size is its instruction-fetch stall (ncu)
-              for (int m = 15; m >= 0; --m, out -= step) {
+              for (int m = 15; m >= 0; --m, a -= bstep) {
                 const int i = 16 * seg + m;
                 run += dgs[i * ldg + cc];
                 const float d = gate::identity_bwd((fl >> m) & 1u, run);
                 if (i < Lc) {
+                  Out* out = reinterpret_cast<Out*>(a);
                   if constexpr (std::is_same_v<Out, double>) *out = static_cast<double>(d);
                   else *out = kern::from_f<Out>(d);
                 }

@@ -197,11 +197,16 @@ cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 // The same pass on Hopper warpgroup MMAs with the state transposed in registers
 // (sm90/chunk_recurrence_wgmma.cu): sm_90a builds on a compute capability 9.0 device, 16-bit,
 // K = 128: the forward's fused pass (fused_vt = 64, o set, h / hs / vnew / U_lo null), or the
-// backward's recompute (h float32 and vnew set, vnew_lo with U_lo; with o also hs, and launch_state
-// runs the output kernel after it). launch_state prefers it where it applies; supported: the
-// build, the device and the shape allow it (config::fused_tile then picks V tile 64).
+// backward's recompute (h float32 and vnew set, vnew_lo with U_lo; without the delta rule and
+// without o, vnew may be null), with o and vnew (hs null) also the O of a forward that fills a
+// saved buffer (a plain forward returning its chunk states, o and h without vnew, is not this); the float32 form's recompute (dtype 2, bf16 inputs) takes hs
+// with o instead, and launch_state runs the output kernel after it. launch_state prefers it where
+// it applies; supported: the build, the device and the shape allow it (config::fused_tile then
+// picks V tile 64). saved_forward_o_in_pass: a saving forward computing in dtype computes O in the
+// recompute's pass (no hs in its workspace).
 bool recurrence_wgmma_supported(int dtype, int K, int V);
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
+bool saved_forward_o_in_pass(int dtype, int K, int V);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 
 // chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds (and V is 64 or 128

@@ -582,8 +582,13 @@ cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t
   bool wgmma = false;
   if (recurrence_wgmma_applies(dtype, p)) {
     const cudaError_t e = launch_recurrence_wgmma(dtype, p, s);
-    if (e != cudaSuccess || !p.o || p.hs == nullptr) return e;  // the forward's fused pass, or no O
-    wgmma = true;  // the recompute form with hs: the output kernel next
+    // the forward's fused pass, a saving forward's (O in the pass), or no O
+    if (e != cudaSuccess || !p.o || p.hs == nullptr) return e;
+    wgmma = true;  // the float32 form's recompute with hs: the output kernel next
+  } else if (p.h && p.o && p.vnew && !p.hs) {
+    // a saving forward (vnew set; a plain forward returning its chunk states has none) planned
+    // without hs: O in the recompute's pass is the wgmma pass's alone
+    return cudaErrorInvalidValue;
   } else if (fused_warp_applies(dtype, p)) {
     return launch_fused_warp(dtype, p, s);
   }

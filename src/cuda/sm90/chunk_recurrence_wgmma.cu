@@ -43,19 +43,24 @@ bool recurrence_wgmma_supported(int dtype, int K, int V) {
 #endif
 }
 
+bool saved_forward_o_in_pass(int dtype, int K, int V) {
+  return (dtype == 0 || dtype == 1) && recurrence_wgmma_supported(dtype, K, V);
+}
+
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
-  if (p.h) {  // the backward's recompute, and a forward that saves it (then hs for the output kernel)
-    // without the delta rule V_new = V may come from the v rows (v_raw) instead of U
-    // (V_new written for the output kernel and for pass 2 with the delta rule; without it, only
-    // for the output kernel of a forward that saves the recompute)
-    const bool common = p.h_dt == 2 && (p.vnew != nullptr || (!p.delta && p.o == nullptr)) &&
-                        (p.o == nullptr || p.hs != nullptr) &&
-                        p.trans == nullptr && p.q_raw == nullptr && (p.v_raw == nullptr || !p.delta);
-    if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh)
-      return common && p.v_raw == nullptr && p.vnew != nullptr && p.wide16 && p.U_lo == nullptr && p.vnew_lo == nullptr &&
-             recurrence_wgmma_supported(1, p.K, p.V);
-    return common && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) && (p.U_lo == nullptr || p.delta) &&
-           recurrence_wgmma_supported(dtype, p.K, p.V);  // kRecompute
+  if (p.h) {  // the backward's recompute, and a forward that saves it
+    // (not a plain forward that returns its chunk states: o and h without vnew, which the saving
+    // forward always has); without the delta rule V_new = V may come from the v rows (v_raw)
+    // instead of U
+    const bool common = p.h_dt == 2 && (p.vnew != nullptr || (!p.delta && p.o == nullptr)) && p.trans == nullptr &&
+                        p.q_raw == nullptr && (p.v_raw == nullptr || !p.delta);
+    if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh),
+                     // a saving forward's O then from hs by the output kernel
+      return common && (p.o == nullptr || p.hs != nullptr) && p.v_raw == nullptr && p.vnew != nullptr && p.wide16 &&
+             p.U_lo == nullptr && p.vnew_lo == nullptr && recurrence_wgmma_supported(1, p.K, p.V);
+    // kRecompute, or with O kSaved (O in the pass: no hs)
+    return common && p.hs == nullptr && (p.U_lo == nullptr) == (p.vnew_lo == nullptr) && (p.U_lo == nullptr || p.delta) &&
+           recurrence_wgmma_supported(dtype, p.K, p.V);
   }
   return p.fused_vt == 64 && p.o != nullptr && p.hs == nullptr && p.h == nullptr && p.vnew == nullptr &&
          p.U_lo == nullptr && (p.q_raw == nullptr || (p.k_raw != nullptr && p.rowfac != nullptr)) &&

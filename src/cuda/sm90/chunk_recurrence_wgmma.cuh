@@ -38,14 +38,16 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 // V/64 .. (V + K)/64 - 1 carry M from the identity with U = 0 as the transition tiles do, writing
 // their O (Q~) to map_o and their final states to map_ht.
 // kRecompute (the backward's recompute; sequence map, no RAW): the state before each chunk and V_new
-// (StateParams::h, vnew, vnew_lo), no O.
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
+// (StateParams::h, vnew, vnew_lo), no O. kSaved (a forward that fills a saved buffer): the same
+// writes and O.
+// SPLIT: the recompute's split form (U_lo staged, V_new's low half written), compile-time.
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT>
 __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool TRANS = OUT == PassOut::kTransition;
-  constexpr bool kO = OUT == PassOut::kOutput;
-  static_assert(!RAW || OUT != PassOut::kRecompute, "the recompute reads Qg / KgT");
-  using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT>;
+  constexpr bool kO = writes_o(OUT), kRe = writes_recompute(OUT);
+  static_assert(!RAW || !kRe, "the recompute reads Qg / KgT");
+  using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>;
   using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES, OUT>;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
   const bool first = n == 0 || p.seqs[n - 1].seq != si.seq;      // the entry that starts it
   // a transition or state-map tile: U = 0, nothing of U or V read (never in the recompute)
-  const bool mtile = OUT != PassOut::kRecompute && v0 >= V;
+  const bool mtile = !kRe && v0 >= V;
   if (TRANS && (last || (mtile && first))) return;  // (whole CTA) transitions nobody needs
   const int nch = (si.len + kC - 1) / kC;  // = ct.nch; formed past the early return (its SASS as before)
   const int hk = hv / p.G;
@@ -97,11 +99,9 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
                                       vs, tid, valid);
       } else {
         copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.u), static_cast<const T*>(p.U) + blk * kC * V + v0, V, tid);
-        if constexpr (OUT == PassOut::kRecompute && DELTA) {
-          if (p.U_lo)
-            copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.ulo), static_cast<const T*>(p.U_lo) + blk * kC * V + v0,
-                                           V, tid);
-        }
+        if constexpr (SPLIT)
+          copy_kmajor<T, kC, kVT, false>(reinterpret_cast<T*>(st.ulo), static_cast<const T*>(p.U_lo) + blk * kC * V + v0,
+                                         V, tid);
       }
       tile_copy<float, 1, kK, kThreads>(st.ge, kK, p.gexp + blk * kK, kK, tid);
       // full[s] completes when every producer thread's copies of this stage have landed
@@ -122,14 +122,18 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);  // stage ci's copies landed
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
-    if constexpr (OUT == PassOut::kRecompute) {
+    if constexpr (kRe) {
       const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
       const typename Consumer::RecomputeOut ro{
           static_cast<float*>(p.h) + blk * kK * V + state_index<kK>(V, p.v_first, 0, v0),
           DELTA || p.vnew ? static_cast<T*>(p.vnew) + blk * kC * V + v0 : nullptr,  // always with the delta rule
           p.vnew_lo ? static_cast<T*>(p.vnew_lo) + blk * kC * V + v0 : nullptr,
           p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first};
-      cons.chunk(sm.st[ci % STAGES], nullptr, 0, kC, false, &ro);
+      if constexpr (kO)
+        cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride,
+                   min(kC, si.len - ci * kC), false, &ro);
+      else
+        cons.chunk(sm.st[ci % STAGES], nullptr, 0, kC, false, &ro);
     } else {
       cons.chunk(sm.st[ci % STAGES], kO ? og + static_cast<int64_t>(si.t0 + ci * kC) * ostride : nullptr, ostride,
                  min(kC, si.len - ci * kC), mtile);
@@ -145,13 +149,15 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
 #endif
 }
 
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT>
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT = false>
 cudaError_t launch(const StateParams& p, cudaStream_t s) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
+  static_assert(smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>() <= 227 * 1024,
+                "the stages exceed the 227 KB of shared memory a CTA may have");
   // the transitions' and the state map's M columns after the V columns
   const bool mcols = DELTA && (TRANS || (OUT == PassOut::kOutput && p.map_o != nullptr));
   const dim3 grid = SequentialScheduler<kVT>::grid_shape(mcols ? p.V + kK : p.V, p.HV, p.N);
-  return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT>,
+  return launch_with_smem(chunk_recurrence_wgmma_kernel<T, DELTA, RAW, STAGES, OUT, SPLIT>,
                           smem_bytes_of<RecurrenceSmem<typename Atoms<T>::E, DELTA, STAGES, OUT>>(), grid, 2 * kThreads,
                           p, s);
 }
@@ -159,12 +165,22 @@ cudaError_t launch(const StateParams& p, cudaStream_t s) {
 // The instantiations of one 16-bit type (one translation unit each: chunk_recurrence_wgmma_{bf16,fp16}.cu):
 // the delta rule with three stages, without it two (launch_recurrence_wgmma says why); kTransition
 // when p.trans is set; kRecompute (four stages: no O, so a chunk's consumer work is shorter and
-// the stage smaller, ~50 KB with the delta rule) when p.h is.
+// the stage smaller, ~50 KB with the delta rule) when p.h is, kSaved (the forward's stages, 73 KB
+// with the delta rule: three fit) when p.o is too.
 template <class T>
 cudaError_t launch_type(const StateParams& p, cudaStream_t s) {
-  constexpr PassOut kOut = PassOut::kOutput, kTrans = PassOut::kTransition, kRe = PassOut::kRecompute;
+  constexpr PassOut kOut = PassOut::kOutput, kTrans = PassOut::kTransition, kRe = PassOut::kRecompute,
+                    kSav = PassOut::kSaved;
   const bool raw = p.q_raw != nullptr, trans = p.trans != nullptr;
-  if (p.h) return p.delta ? launch<T, true, false, 4, kRe>(p, s) : launch<T, false, false, 4, kRe>(p, s);
+  const bool split = p.U_lo != nullptr;  // (recurrence_wgmma_applies: with vnew_lo, delta rule only)
+  if (p.h && p.o) {
+    if (!p.delta) return launch<T, false, false, 2, kSav>(p, s);
+    return split ? launch<T, true, false, 3, kSav, true>(p, s) : launch<T, true, false, 3, kSav>(p, s);
+  }
+  if (p.h) {
+    if (!p.delta) return launch<T, false, false, 4, kRe>(p, s);
+    return split ? launch<T, true, false, 4, kRe, true>(p, s) : launch<T, true, false, 4, kRe>(p, s);
+  }
   if (p.delta) {
     if (trans) return raw ? launch<T, true, true, 3, kTrans>(p, s) : launch<T, true, false, 3, kTrans>(p, s);
     return raw ? launch<T, true, true, 3, kOut>(p, s) : launch<T, true, false, 3, kOut>(p, s);

@@ -28,7 +28,13 @@ enum class PassOut {
                 // alone, the segments' end states
   kRecompute,   // the backward's recompute: the state before each chunk (float32, StateParams::h)
                 // and V_new (StateParams::vnew); with StateParams::U_lo, U and V_new as hi + lo
+  kSaved,       // a forward that fills a saved buffer (disable_recompute): kRecompute's writes and
+                // O in the same pass (no 16-bit copy of the states for a separate output kernel)
 };
+
+// What a pass of kind OUT computes: O (the forward, the saving forward), the recompute's writes.
+constexpr bool writes_o(PassOut out) { return out == PassOut::kOutput || out == PassOut::kSaved; }
+constexpr bool writes_recompute(PassOut out) { return out == PassOut::kRecompute || out == PassOut::kSaved; }
 
 // One stage of the chunk operands the consumer reads (bf16 / fp16 E): 65 KB with the delta rule.
 template <class E, bool DELTA>
@@ -54,15 +60,27 @@ struct alignas(1024) RecomputeStage {
   alignas(16) float ge[kK];
 };
 
+// The saving forward's stage: the forward's operands and, with the delta rule, U's low half (the
+// split form's V_new low half goes to the saved buffer): 73 KB with the delta rule.
+template <class E, bool DELTA>
+struct alignas(1024) SavedStage : RecurrenceStage<E, DELTA> {
+  static constexpr bool kLo = DELTA;
+  alignas(1024) E ulo[DELTA ? kC * kVT : 8];
+};
+
 template <class E, bool DELTA, PassOut OUT>
-using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E, DELTA>, RecurrenceStage<E, DELTA>>;
+using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E, DELTA>,
+                                   std::conditional_t<OUT == PassOut::kSaved, SavedStage<E, DELTA>, RecurrenceStage<E, DELTA>>>;
 
 // The state of one chain and the chunk step. Constructed by the 128 threads of the consumer
 // warpgroup (tid: the index within it).
-// OUT other than kOutput: no O (Qg S, Aqk V_new and the O stores dropped).
-template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput>
+// OUT without O (writes_o): Qg S, Aqk V_new and the O stores dropped. SPLIT (the recompute's
+// split form, U and V_new as hi + lo) is a compile-time choice: a runtime test between a
+// warpgroup's wgmmas made ptxas serialise them (C7520, a divergent path).
+template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput, bool SPLIT = false>
 struct RecurrenceConsumer {
-  static constexpr bool kO = OUT == PassOut::kOutput;
+  static constexpr bool kO = writes_o(OUT);
+  static constexpr bool kRe = writes_recompute(OUT);
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
@@ -160,8 +178,9 @@ struct RecurrenceConsumer {
 
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then
   // stores O's Lc rows at orow0 (token t0's element (hv, v0), row stride ostride); the recompute
-  // (OUT = kRecompute) writes ro instead. The stage's last read is complete when this returns (its
-  // wgmmas waited). zero_u: U taken as 0 (a transition tile; st.u is not read).
+  // (OUT = kRecompute) writes ro instead, the saving forward (kSaved) both. The stage's last read
+  // is complete when this returns (its wgmmas waited). zero_u: U taken as 0 (a transition tile;
+  // st.u is not read).
   __device__ __forceinline__ void chunk(const Stage& st, T* orow0, int64_t ostride, int Lc, bool zero_u = false,
                                         const RecomputeOut* ro = nullptr) {
     auto thr64 = mma64.get_thread_slice(tid);
@@ -177,10 +196,10 @@ struct RecurrenceConsumer {
     Tensor Vk = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // f ⊙ V_new (raw rows)
     Tensor Vl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});  // V_new's low half (recompute)
     const T* Us = reinterpret_cast<const T*>(st.u);
-    const bool split = Stage::kLo && ro->vnew_lo != nullptr;
+    static_assert(!SPLIT || (Stage::kLo && kRe), "the split form is the recompute's, with U's low half staged");
 
     acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
-    if constexpr (OUT == PassOut::kRecompute) {  // S before this chunk, float32
+    if constexpr (kRe) {  // S before this chunk, float32
       // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
       const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
       float* hb = ro->h + kern::state_index<kK>(ro->V, ro->v_first, 2 * t, 16 * warp + g);
@@ -224,19 +243,17 @@ struct RecurrenceConsumer {
       const int ui = uoff + (i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1);
       float vn = zero_u ? 0.f : to_f(Us[ui]);
       if constexpr (DELTA) vn -= P(i);
-      if constexpr (Stage::kLo) {
-        if (split) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
-      }
+      if constexpr (SPLIT) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
       Va(i) = E(vn);
-      if constexpr (Stage::kLo) Vl(i) = E(vn - static_cast<float>(Va(i)));
+      if constexpr (SPLIT) Vl(i) = E(vn - static_cast<float>(Va(i)));
       if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
     }
-    if constexpr (OUT == PassOut::kRecompute) {
+    if constexpr (kRe) {
       // V_new always with the delta rule: a runtime test there made ptxas serialize the wgmmas
       // (C7520, a divergent path); without it V_new is written only for a saving forward's output
       if constexpr (DELTA) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
       else if (ro->vnew) store_rows([&](int i) { return raw_pair(Va(i), Va(i + 1)); }, ro->vnew, ro->V, kC);
-      if (split) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
+      if constexpr (SPLIT) store_rows([&](int i) { return raw_pair(Vl(i), Vl(i + 1)); }, ro->vnew_lo, ro->V, kC);
     }
     // S += Kg V_new (+ Kg V_new's low half, split)
     fence_regs(S);
@@ -245,7 +262,7 @@ struct RecurrenceConsumer {
     fence_regs(Vl);
     warpgroup_arrive();
     wg_gemm<false>(mmaS, RAW ? Vk : Va, tK, S);
-    if (split) wg_gemm<false>(mmaS, Vl, tK, S);
+    if constexpr (SPLIT) wg_gemm<false>(mmaS, Vl, tK, S);
     warpgroup_commit_batch();
     if constexpr (!kO) {
       warpgroup_wait<0>();

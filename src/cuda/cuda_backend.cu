@@ -107,7 +107,9 @@ bool available() {
 std::size_t forward_workspace_bytes(const Problem& p) {
   if (!config::can_implement(p, "forward").ok()) return 0;
   // disable_recompute: the forward that fills a saved buffer runs other kernels (chunk_bwd.hpp)
-  if (p.has_saved) return std::max(WsLayout(p).total, forward_saved_workspace_bytes(p));
+  // and is sized for them alone (on Hopper at K = 128 in 16 bits a few KiB: O comes from the
+  // recompute's pass); a plain forward given that workspace is refused as too small
+  if (p.has_saved && saved_kda_gdn_bytes(p) > 0) return forward_saved_workspace_bytes(p);
   return WsLayout(p).total;
 }
 std::size_t backward_workspace_bytes(const Problem& p) { return backward_kda_gdn_workspace_bytes(p); }

@@ -706,6 +706,54 @@ TEST(CudaBackward, SmallSavedMatchesRecompute) {
   }
 }
 
+// disable_recompute sizes the forward's workspace for the forward that fills `saved` alone: on an
+// sm_90 device at K = V = 128 in 16 bits a few KiB (O from the recompute's own pass, no copy of
+// the chunk states), well under the plain forward's; a workspace one byte short is refused with
+// nothing written (o, the final state and saved keep their bytes).
+TEST(CudaBackward, SmallSavedForwardWorkspace) {
+  SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  for (const Case& c : saved_cases()) {
+    SCOPED_TRACE(c.name());
+    const Inputs x = make_inputs(c, /*backward=*/true);
+    std::vector<DevBuf> keep;
+    keep.reserve(32);
+    const BackwardInputs in = backward_views(x, true, keep);
+    Options opt = make_options(c);
+    std::size_t plain = 0, nws = 0, nsaved = 0;
+    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, opt, &plain).ok());
+    opt.disable_recompute = true;
+    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, opt, &nws).ok());
+    ASSERT_TRUE(saved_bytes(c.fam, in.fwd, opt, &nsaved).ok());
+    ASSERT_GT(nws, 0u);
+    ASSERT_GT(nsaved, 0u);
+    if (prop.major == 9 && c.K == 128 && c.V == 128 && c.dt != DType::kFloat32) {
+      EXPECT_LT(nws * 8, plain) << "saving forward's workspace " << nws << " bytes, plain forward's " << plain;
+    }
+    DevBuf saved(nsaved), ws(nws);
+    cudaMemset(saved.p, 0xa5, nsaved);
+    HostTensor o = x.v, ht = state_tensor(c, x.N);
+    o.poison();
+    ht.poison();
+    ForwardOutputs fo;
+    fo.o = upload(o, keep);
+    fo.final_state = upload(ht, keep);
+    fo.saved = make_view(saved.p, DType::kUInt8, {static_cast<int64_t>(nsaved)}, Device{DeviceType::kCUDA, 0});
+    const Status s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws - 1}, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(s.code, StatusCode::kWorkspaceTooSmall) << s.message;
+    HostTensor o2 = o, ht2 = ht;
+    download(fo.o, o2);
+    download(fo.final_state, ht2);
+    EXPECT_EQ(o2.bytes, o.bytes) << "o was written";
+    EXPECT_EQ(ht2.bytes, ht.bytes) << "the final state was written";
+    std::vector<unsigned char> back(nsaved);
+    ASSERT_EQ(cudaMemcpy(back.data(), saved.p, nsaved, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](unsigned char b) { return b == 0xa5; })) << "saved was written";
+  }
+}
+
 // The backward reads the saved buffer (zeroing its body changes the gradients), and refuses one
 // written for another problem or another backward form, writing nothing.
 TEST(CudaBackward, SmallSavedIsReadAndChecked) {

@@ -63,7 +63,7 @@ typedef struct linattn_options {
   int32_t has_lower_bound;
   float lower_bound;
   int32_t state_v_first;
-  int32_t disable_recompute; /* forward_workspace_size: sized for a forward that fills `saved` */
+  int32_t disable_recompute; /* forward_workspace_size: sized for a forward that fills `saved` (alone) */
   int32_t backward_precision; /* a linattn_backward_precision; forward (saved buffer) and backward alike */
 } linattn_options;
 

@@ -128,7 +128,9 @@ struct Options {
   bool state_v_first = false;            // states stored [.., V, K] instead of [.., K, V]
   bool disable_recompute = false;        // training: the forward will fill a `saved` buffer
                                          // (saved_bytes) that the backward reads instead of
-                                         // recomputing; forward_workspace_size sizes for it
+                                         // recomputing; forward_workspace_size sizes for that
+                                         // forward alone (on CUDA it can be smaller than a plain
+                                         // forward's, which is then refused as too small)
   // CUDA backward (KDA, GDN): numerics, workspace size and the saved buffer's layout (above).
   BackwardPrecision backward_precision = BackwardPrecision::kAuto;
 };

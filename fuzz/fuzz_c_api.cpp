@@ -309,6 +309,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   opt.use_gate_in_kernel = delta && r.chance(64);
   opt.state_v_first = r.chance(40);
   opt.disable_recompute = r.chance(64);
+  opt.keep_chunk_local = !opt.disable_recompute && r.chance(64);  // nothing kept off Hopper: a plain forward
   bool safe_opts = true;
   if (opt.use_gate_in_kernel && family == LINATTN_KDA && r.chance(80)) {
     opt.has_lower_bound = 1;
@@ -629,11 +630,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   if (std::getenv("LINATTN_FUZZ_VERBOSE")) {
     std::fprintf(stderr,
                  "fuzz call: entry %d family %d B %lld T %lld H %lld G %lld K %lld V %lld dtype %d varlen %d "
-                 "l2 %d bsig %d neg %d gik %d lb %d/%g safe %d vfirst %d dr %d scale %d/%g specials %d stable %d\n",
+                 "l2 %d bsig %d neg %d gik %d lb %d/%g safe %d vfirst %d dr %d keep %d scale %d/%g specials %d stable %d\n",
                  entry, family, (long long)B, (long long)T, (long long)H, (long long)G, (long long)K, (long long)V, dt,
                  varlen, opt.use_qk_l2norm_in_kernel, opt.use_beta_sigmoid_in_kernel, opt.allow_neg_eigval,
                  opt.use_gate_in_kernel, opt.has_lower_bound, opt.lower_bound, opt.safe_gate, opt.state_v_first,
-                 opt.disable_recompute, opt.has_scale, opt.scale, special_gates, stable);
+                 opt.disable_recompute, opt.keep_chunk_local, opt.has_scale, opt.scale, special_gates, stable);
     for (int i = 0; i < kNumSlots; ++i) {
       const Spec& sp = c.spec[i];
       if (!sp.present) continue;

@@ -134,6 +134,10 @@ std::size_t backend_saved_bytes(const Problem& p) {
 
 Status check_saved_size(const TensorView& saved, const Problem& p) {
   const std::size_t need = backend_saved_bytes(p);
+  if (need == 0 && p.opt.keep_chunk_local) {
+    return Status::Unsupported("keep_chunk_local: nothing is kept for this problem on this backend (saved_bytes is "
+                               "0: GLA on CUDA, Hopper, 16-bit inputs, K = 128); pass no saved buffer");
+  }
   if (static_cast<std::size_t>(saved.numel()) < need) {
     return Status::Invalid("saved buffer has " + std::to_string(saved.numel()) + " bytes, needs " +
                            std::to_string(need) + " (see saved_bytes)");
@@ -149,7 +153,7 @@ Status forward_workspace_size(Family family, const ForwardInputs& in, const Opti
     Problem p;
     Status s = detail::resolve_inputs(family, in, opt, &p);
     if (!s.ok()) return s;
-    p.has_saved = opt.disable_recompute;
+    p.has_saved = opt.disable_recompute || opt.keep_chunk_local;
     *bytes = on_cuda(p) ? cuda::forward_workspace_bytes(p) : cpu::forward_workspace_bytes(p);
     return Status::Ok();
   });
@@ -228,7 +232,8 @@ Status backward(Family family, const BackwardInputs& in, const BackwardOutputs& 
     if (!(s = check_cuda_build(p)).ok()) return s;
     // The CUDA backward checks a saved buffer itself, header first: one written under another backward
     // form has another size, and the header says which.
-    if (in.saved.present() && !on_cuda(p) && !(s = check_saved_size(in.saved, p)).ok()) return s;
+    if (in.saved.present() && (!on_cuda(p) || p.opt.keep_chunk_local) && !(s = check_saved_size(in.saved, p)).ok())
+      return s;
     const std::size_t need = on_cuda(p) ? cuda::backward_workspace_bytes(p) : cpu::backward_workspace_bytes(p);
     if (!(s = detail::check_backward_workspace(p, in, out, ws, need)).ok()) return s;
     if (on_cuda(p)) return cuda::backward(p, in, out, ws, stream);

@@ -61,6 +61,7 @@ Options options(const linattn_options* o) {
   if (o->has_lower_bound) r.lower_bound = o->lower_bound;
   r.state_v_first = o->state_v_first != 0;
   r.disable_recompute = o->disable_recompute != 0;
+  r.keep_chunk_local = o->keep_chunk_local != 0;
   r.backward_precision = static_cast<BackwardPrecision>(o->backward_precision);  // range: validation
   return r;
 }

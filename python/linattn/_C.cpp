@@ -242,7 +242,7 @@ NB_MODULE(_C, m) {
           [](linattn::Options* self, std::optional<double> scale, bool use_qk_l2norm_in_kernel,
              bool use_beta_sigmoid_in_kernel, bool allow_neg_eigval, bool use_gate_in_kernel,
              bool safe_gate, std::optional<float> lower_bound, bool state_v_first, bool disable_recompute,
-             linattn::BackwardPrecision backward_precision) {
+             linattn::BackwardPrecision backward_precision, bool keep_chunk_local) {
             new (self) linattn::Options();
             self->scale = scale;
             self->use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
@@ -254,12 +254,13 @@ NB_MODULE(_C, m) {
             self->state_v_first = state_v_first;
             self->disable_recompute = disable_recompute;
             self->backward_precision = backward_precision;
+            self->keep_chunk_local = keep_chunk_local;
           },
           nb::kw_only(), "scale"_a.none() = nb::none(), "use_qk_l2norm_in_kernel"_a = false,
           "use_beta_sigmoid_in_kernel"_a = false, "allow_neg_eigval"_a = false,
           "use_gate_in_kernel"_a = false, "safe_gate"_a = false,
           "lower_bound"_a.none() = nb::none(), "state_v_first"_a = false, "disable_recompute"_a = false,
-          "backward_precision"_a = linattn::BackwardPrecision::kAuto)
+          "backward_precision"_a = linattn::BackwardPrecision::kAuto, "keep_chunk_local"_a = false)
       .def_rw("scale", &linattn::Options::scale, nb::arg().none())
       .def_rw("use_qk_l2norm_in_kernel", &linattn::Options::use_qk_l2norm_in_kernel)
       .def_rw("use_beta_sigmoid_in_kernel", &linattn::Options::use_beta_sigmoid_in_kernel)
@@ -269,6 +270,7 @@ NB_MODULE(_C, m) {
       .def_rw("lower_bound", &linattn::Options::lower_bound, nb::arg().none())
       .def_rw("state_v_first", &linattn::Options::state_v_first)
       .def_rw("disable_recompute", &linattn::Options::disable_recompute)
+      .def_rw("keep_chunk_local", &linattn::Options::keep_chunk_local)
       .def_rw("backward_precision", &linattn::Options::backward_precision);
 
   m.attr("CHUNK_SIZE") = linattn::kChunkSize;

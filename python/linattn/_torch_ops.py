@@ -20,7 +20,7 @@ from torch import Tensor
 
 from . import _C
 from ._args import align_qkv_dtypes, finish_output, intermediate_states_as, state_in_float32
-from .ops import BACKWARD_PRECISIONS, CHUNK_SIZE, make_options
+from .ops import BACKWARD_PRECISIONS, CHUNK_SIZE, FAMILIES, make_options
 
 __all__ = ["chunk_fwd", "chunk_bwd", "run_forward"]
 
@@ -113,10 +113,13 @@ def chunk_fwd(
     disable_recompute: bool,
     backward_precision: str = "auto",
     state_map: bool = False,
+    keep_chunk_local: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Returns (o, final_state, h, saved, state_map_o, state_map_final); absent ones are empty
     tensors. state_map: also how o and the final states depend on the initial state (linattn.hpp,
-    ForwardOutputs; for linattn.cp)."""
+    ForwardOutputs; for linattn.cp). keep_chunk_local: `saved` keeps GLA's chunk-local
+    intermediates for the backward where the backend does that (Options::keep_chunk_local; empty
+    elsewhere)."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
                A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
                cu_seqlens=_c(cu_seqlens),
@@ -124,6 +127,7 @@ def chunk_fwd(
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                    allow_neg_eigval, safe_gate, lower_bound, state_v_first, backward_precision)
     opt.disable_recompute = bool(disable_recompute)  # sizes the workspace for filling `saved`
+    opt.keep_chunk_local = bool(keep_chunk_local)
     q = inp["q"]
     sdt = _state_dtype(q)
     with _device_guard(q):
@@ -140,7 +144,7 @@ def chunk_fwd(
             h = q.new_empty(_h_shape(q, v, per, state_v_first, varlen), dtype=sdt)
         else:
             h = q.new_empty(0, dtype=sdt)
-        nsaved = _C.saved_bytes(family, **inp, options=opt) if disable_recompute else 0
+        nsaved = _C.saved_bytes(family, **inp, options=opt) if disable_recompute or keep_chunk_local else 0
         saved = q.new_empty(nsaved, dtype=torch.uint8)
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         qmap, mmap = _state_map_outputs(q, inp["v"], cu_seqlens, state_map)
@@ -178,7 +182,8 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
                     cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                     state_v_first, output_final_state, return_intermediate_states,
-                    disable_recompute, backward_precision="auto", state_map=False):
+                    disable_recompute, backward_precision="auto", state_map=False,
+                    keep_chunk_local=False):
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound,
                    state_v_first, backward_precision)
@@ -204,10 +209,11 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
         h = q.new_empty(_h_shape(q, v, per, state_v_first, varlen), dtype=sdt)
     else:
         h = q.new_empty(0, dtype=sdt)
-    if not disable_recompute:
+    if not disable_recompute and not keep_chunk_local:
         nsaved = 0
-    elif varlen or not static:
-        # The size depends on the sequence boundaries (or on symbolic shapes).
+    elif varlen or not static or keep_chunk_local:
+        # The size depends on the sequence boundaries (or on symbolic shapes; keep_chunk_local's
+        # on the device too: 0 where it does not apply).
         nsaved = torch.library.get_ctx().new_dynamic_size()
     else:
         nsaved = _C.saved_bytes_from_shapes(
@@ -246,6 +252,7 @@ def chunk_bwd(
     lower_bound: Optional[float],
     state_v_first: bool,
     backward_precision: str = "auto",
+    keep_chunk_local: bool = False,
 ) -> List[Tensor]:
     """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
@@ -254,6 +261,7 @@ def chunk_bwd(
                cu_seqlens_host=_c(_host_cu(q, cu_seqlens, cu_seqlens_cpu)))
     opt = _options(scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                    allow_neg_eigval, safe_gate, lower_bound, state_v_first, backward_precision)
+    opt.keep_chunk_local = bool(keep_chunk_local)  # which kind of saved buffer (the forward's)
     q = inp["q"]
     if saved is not None and saved.numel() == 0:
         saved = None
@@ -322,12 +330,12 @@ class capture_saved_initial_states:
 def _setup_context(ctx, inputs, output):
     (family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
      cu_seqlens_cpu, scale, l2, gate, bsig, neg, safe, lb, v_first, output_final_state,
-     _return_h, disable_recompute, bwd_precision, _state_map) = inputs
-    if _SAVED_H0.entries is not None:
+     _return_h, disable_recompute, bwd_precision, _state_map, keep_chunk_local) = inputs
+    if _SAVED_H0.entries is not None:  # (the chunk-local intermediates do not depend on it)
         _SAVED_H0.entries.append((initial_state, bool(disable_recompute)))
-    # Without disable_recompute the buffer is empty; its size may be symbolic under
-    # torch.compile, so decide by the flag rather than by the size.
-    saved = output[3] if disable_recompute else None
+    # Without disable_recompute / keep_chunk_local the buffer is empty; its size may be symbolic
+    # under torch.compile, so decide by the flags rather than by the size.
+    saved = output[3] if disable_recompute or keep_chunk_local else None
     ctx.save_for_backward(q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
                           cu_seqlens_cpu, saved)
     # h (return_intermediate_states) has no backward, and the saved buffer is internal: mark
@@ -338,7 +346,7 @@ def _setup_context(ctx, inputs, output):
     # the non-differentiable output in every backward.
     ctx.set_materialize_grads(False)
     ctx.family = family
-    ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first, bwd_precision)
+    ctx.flags = (scale, l2, gate, bsig, neg, safe, lb, v_first, bwd_precision, bool(keep_chunk_local))
     ctx.output_final_state = output_final_state
 
 
@@ -356,14 +364,19 @@ def _backward(ctx, do, dfinal, _dh, _dsaved, _dmap_o, _dmap_final):
     for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
                        (initial_state, dh0)):
         grads.append(d if present is not None else None)
-    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 13 non-tensor options
-    return (None, *grads, None, None) + (None,) * 13
+    # family, 9 differentiable tensors, cu_seqlens, cu_seqlens_cpu, 14 non-tensor options
+    return (None, *grads, None, None) + (None,) * 14
 
 
 torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_setup_context)
 
 
 # --------------------------------------------------------------------------- helper
+# GLA's training forward keeps its chunk-local intermediates where the backend does (run_forward);
+# a module attribute only so that tests can compare against the recomputing backward.
+KEEP_CHUNK_LOCAL = True
+
+
 def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
                 dt_bias=None, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                 scale=None, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
@@ -425,6 +438,12 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
         raise ValidatedOnly()
 
     want_map = _SAVED_H0.maps is not None and _SAVED_H0.want_map
+    # GLA in training keeps its chunk-local intermediates for the backward where the backend does
+    # (CUDA on Hopper, Options::keep_chunk_local: the backward then skips chunk_prep, with bitwise
+    # the same gradients), as FLA's GLA keeps its gate cumsum and A; elsewhere nothing is kept.
+    keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute and dev.type == "cuda"
+            and torch.is_grad_enabled()
+            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
     o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
@@ -432,7 +451,7 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
         bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(safe_gate),
         None if lower_bound is None else float(lower_bound), bool(state_v_first),
         bool(output_final_state), bool(return_intermediate_states), bool(disable_recompute),
-        str(backward_precision), want_map)
+        str(backward_precision), want_map, keep)
     if want_map:
         _SAVED_H0.maps.append((qmap, mmap))
     return o, (fs if output_final_state else None), (h if return_intermediate_states else None)

@@ -55,7 +55,10 @@ def chunk_gla(
         state_v_first: states use the ``[.., V, K]`` layout.
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
-        disable_recompute: (linattn extra) keep forward intermediates for the backward.
+        disable_recompute: (linattn extra) keep forward intermediates for the backward, the
+            chunk states included. Without it a training call on CUDA (Hopper, 16-bit, K = 128)
+            still keeps the chunk-local ones (about what FLA's GLA keeps), and the backward
+            recomputes only the states.
         return_intermediate_states: (linattn extra) also return the states ``h`` before each
             64-token chunk (no gradient), in k's dtype or ``intermediate_states_dtype``.
         backward_precision: (linattn extra) the CUDA backward's compute form,

@@ -348,6 +348,10 @@ Status resolve_inputs(Family family, const ForwardInputs& in, const Options& opt
       return Status::Invalid("backward_precision " + std::to_string(static_cast<int>(opt.backward_precision)) +
                              " is not one of auto (0), split (1), fast16 (2), float32 (3)");
   }
+  if (opt.keep_chunk_local && opt.disable_recompute) {
+    return Status::Invalid("keep_chunk_local and disable_recompute are exclusive (disable_recompute keeps the chunk "
+                           "states as well)");
+  }
 
   // ---- gates
   const int64_t gw = p->vector_gate ? K : 1;

@@ -7,7 +7,8 @@ namespace linattn::cpu {
 
 std::size_t forward_workspace_bytes(const detail::Problem& p) { return forward_workspace(p); }
 std::size_t backward_workspace_bytes(const detail::Problem& p) { return backward_workspace(p); }
-std::size_t saved_bytes(const detail::Problem& p) { return saved_state_bytes(p); }
+// keep_chunk_local (a CUDA layout of GLA's chunk-local intermediates): nothing kept here
+std::size_t saved_bytes(const detail::Problem& p) { return p.opt.keep_chunk_local ? 0 : saved_state_bytes(p); }
 
 Status forward(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
                Workspace ws, Stream) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "common/backend.hpp"
@@ -12,8 +13,10 @@
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/chunk_map.hpp"
 #include "cuda/common/host_util.hpp"
+#include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
+#include "cuda/host/saved_buffer.hpp"
 
 namespace linattn::cuda {
 namespace {
@@ -31,8 +34,9 @@ struct WsLayout {
   int seg_chunks;
   int64_t segments;  // entries of the segment map (0 without the split)
   std::size_t chunks, seqs, W, U, Qg, KgT, Aqk, gexp, rowfac, segs, trans, hseg, total;
-  // split false: no sequence split (the sizes are then at most those with it)
-  explicit WsLayout(const Problem& p, bool split = true)
+  // split false: no sequence split (the sizes are then at most those with it); local_in_saved:
+  // Qg, KgT, Aqk and gexp go to a chunk-local saved buffer (Options::keep_chunk_local), not here
+  explicit WsLayout(const Problem& p, bool split = true, bool local_in_saved = false)
       : seg_chunks(split ? config::seq_split_chunks(p, config::sm_count(p.device.index)) : 0),
         segments(seg_chunks > 0 ? kern::map_entries(p.cu.data(), p.N, seg_chunks) : 0) {
     const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
@@ -43,10 +47,11 @@ struct WsLayout {
     seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
     W = o; o = align_up(o + (p.delta ? nb * kC * p.K * es : 0));
     U = o; o = align_up(o + (config::reads_v_rows(p) ? 0 : nb * kC * p.V * es));
-    Qg = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
-    KgT = o; o = align_up(o + (rows ? 0 : nb * kC * p.K * es));
-    Aqk = o; o = align_up(o + nb * kC * kC * es);
-    gexp = o; o = align_up(o + nb * p.K * 4);
+    const std::size_t here = local_in_saved ? 0 : 1;
+    Qg = o; o = align_up(o + here * (rows ? 0 : nb * kC * p.K * es));
+    KgT = o; o = align_up(o + here * (rows ? 0 : nb * kC * p.K * es));
+    Aqk = o; o = align_up(o + here * nb * kC * kC * es);
+    gexp = o; o = align_up(o + here * nb * p.K * 4);
     rowfac = o; o = align_up(o + (rows ? nb * 2 * kC * 4 : 0));
     const std::size_t sh = static_cast<std::size_t>(segments) * p.HV * p.K * 4;  // float32 per (segment, head) row
     segs = o; o = align_up(o + sizeof(kern::SeqInfo) * segments);
@@ -106,6 +111,8 @@ bool available() {
 
 std::size_t forward_workspace_bytes(const Problem& p) {
   if (!config::can_implement(p, "forward").ok()) return 0;
+  // keep_chunk_local: the plain forward, its chunk-local outputs in the saved buffer
+  if (p.has_saved && p.opt.keep_chunk_local) return WsLayout(p, true, chunk_local_saved_applies(p)).total;
   // disable_recompute: the forward that fills a saved buffer runs other kernels (chunk_bwd.hpp)
   // and is sized for them alone (on Hopper at K = 128 in 16 bits a few KiB: O comes from the
   // recompute's pass); a plain forward given that workspace is refused as too small
@@ -132,7 +139,16 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     return Status::Unsupported("state_map_o / state_map_final cannot be combined with saved or h");
   }
   // disable_recompute: the backward's front half, keeping its intermediates in out.saved
-  if (out.saved.present()) return forward_saved_kda_gdn(p, in, out, ws, st);
+  const bool keep = out.saved.present() && p.opt.keep_chunk_local;  // GLA: chunk_prep's outputs in out.saved
+  if (out.saved.present() && !keep) return forward_saved_kda_gdn(p, in, out, ws, st);
+  if (keep) {  // (the API checked the size against saved_bytes, which is 0 where this does not apply)
+    if (!chunk_local_saved_applies(p) || state_map)
+      return Status::Unsupported("keep_chunk_local does not apply to this problem: pass no saved buffer");
+    if (static_cast<std::size_t>(out.saved.numel()) < saved_kda_gdn_bytes(p))
+      return Status::Invalid("saved is smaller than saved_bytes");
+    if (reinterpret_cast<std::uintptr_t>(out.saved.data) % config::kAlign != 0)
+      return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+  }
   DeviceGuard device;
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
   cudaError_t e = cudaSuccess;
@@ -143,9 +159,19 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
                                "inputs and K = 128 only");
   }
 
-  const WsLayout lay(p, /*split=*/!state_map);
+  const WsLayout lay(p, /*split=*/!state_map, keep);
   if (ws.bytes < lay.total) return {StatusCode::kWorkspaceTooSmall, "CUDA forward workspace too small"};
   unsigned char* base = static_cast<unsigned char*>(ws.data);
+  // chunk_prep's outputs: in the workspace, or (keep_chunk_local) where the saved buffer keeps them
+  unsigned char *Qg = base + lay.Qg, *KgT = base + lay.KgT, *Aqk = base + lay.Aqk, *gexp = base + lay.gexp;
+  if (keep) {
+    const host::SavedLayout sl(p, config::compute_of(p));
+    unsigned char* sv = static_cast<unsigned char*>(out.saved.data);
+    Qg = sv + sl.front.Qg;
+    KgT = sv + sl.front.KgT;
+    Aqk = sv + sl.front.Aqk;
+    gexp = sv + sl.front.gexp;
+  }
 
   // chunk and sequence maps from the validated host offsets, passed as kernel parameters (no
   // stream sync, graph-capturable; the device cu_seqlens is not read: chunk_map.hpp)
@@ -175,11 +201,11 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (raw_rows(p)) {
       pp.rowfac = reinterpret_cast<float*>(base + lay.rowfac);
     } else {
-      pp.Qg = base + lay.Qg;
-      pp.KgT = base + lay.KgT;
+      pp.Qg = Qg;
+      pp.KgT = KgT;
     }
-    pp.Aqk = base + lay.Aqk;
-    pp.gexp = reinterpret_cast<float*>(base + lay.gexp);
+    pp.Aqk = Aqk;
+    pp.gexp = reinterpret_cast<float*>(gexp);
     // GDN, simple GLA, KDA and GLA on Hopper: the chunk-local work on warpgroup MMAs (src/cuda/sm90/)
     e = kern::prep_wgmma_applies(dt, p.vector_gate, pp)
             ? kern::launch_prep_wgmma(dt, p.vector_gate, pp, st)
@@ -201,11 +227,11 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
       sp.H = static_cast<int>(p.H);
       sp.G = static_cast<int>(p.G);
     } else {
-      sp.Qg = base + lay.Qg;
-      sp.KgT = base + lay.KgT;
+      sp.Qg = Qg;
+      sp.KgT = KgT;
     }
-    sp.Aqk = base + lay.Aqk;
-    sp.gexp = reinterpret_cast<const float*>(base + lay.gexp);
+    sp.Aqk = Aqk;
+    sp.gexp = reinterpret_cast<const float*>(gexp);
     sp.seqs = reinterpret_cast<const kern::SeqInfo*>(base + lay.seqs);
     sp.h0 = p.has_h0 ? in.initial_state.data : nullptr;
     sp.h0_dt = p.has_h0 ? dtype_code(in.initial_state.dtype) : 2;
@@ -238,11 +264,13 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st);
       if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);
-      return Status::Ok();
+    } else {
+      e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
+      if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
     }
-    e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
-    if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
   }
+  // keep_chunk_local: the header last, naming what the buffer was written for
+  if (keep) return host::write_saved_header(p, config::compute_of(p), out.saved.data, st);
   return Status::Ok();
 }
 

@@ -92,4 +92,46 @@ TEST(CpuSaved, BufferFromTheSameProblemIsReused) {
   for (int64_t i = 0; i < dq.numel(); ++i) ASSERT_TRUE(std::isfinite(dq.get(i)));
 }
 
+// keep_chunk_local is a CUDA layout (GLA on Hopper): on the CPU saved_bytes is 0, a saved buffer
+// is refused in the forward and the backward with nothing written, and the option cannot be
+// combined with disable_recompute.
+TEST(CpuSaved, KeepChunkLocalKeepsNothingHere) {
+  Problem pb;
+  Options opt;
+  opt.keep_chunk_local = true;
+  for (Family fam : {Family::kKDA, Family::kGLA}) {
+    ForwardInputs in = pb.in();
+    if (fam == Family::kGLA) in.beta = TensorView{};
+    std::size_t sb = 1, wb = 0;
+    ASSERT_TRUE(saved_bytes(fam, in, opt, &sb).ok());
+    EXPECT_EQ(sb, 0u) << family_name(fam);
+    ASSERT_TRUE(forward_workspace_size(fam, in, opt, &wb).ok());
+    std::vector<unsigned char> saved(4096, 0xa5), ws(wb + 1);
+    pb.o.poison();
+    ForwardOutputs out;
+    out.o = pb.o.view;
+    out.saved = make_view(saved.data(), DType::kUInt8, {4096});
+    Status s = forward(fam, in, out, opt, Workspace{ws.data(), ws.size()});
+    EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+    EXPECT_NE(s.message.find("keep_chunk_local"), std::string::npos) << s.message;
+    for (int64_t i = 0; i < pb.o.numel(); ++i) ASSERT_TRUE(std::isnan(pb.o.get(i)));
+    for (unsigned char b : saved) ASSERT_EQ(b, 0xa5);
+    out.saved = TensorView{};  // without one the plain forward runs
+    s = forward(fam, in, out, opt, Workspace{ws.data(), ws.size()});
+    EXPECT_TRUE(s.ok()) << s.message;
+    if (fam == Family::kKDA) {
+      HostTensor dq(DType::kFloat32, {1, pb.T, pb.H, pb.K});
+      dq.poison();
+      s = backward_with(pb, opt, saved, dq);
+      EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+      for (int64_t i = 0; i < dq.numel(); ++i) ASSERT_TRUE(std::isnan(dq.get(i)));
+    }
+  }
+  opt.disable_recompute = true;
+  std::size_t n = 0;
+  const Status s = forward_workspace_size(Family::kKDA, pb.in(), opt, &n);
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message.find("exclusive"), std::string::npos) << s.message;
+}
+
 }  // namespace

@@ -579,6 +579,8 @@ struct SavedRun {
   BwdPath bwd_path = BwdPath::kAuto;  // the backward's form (the forward runs the default)
   bool zero_body = false;             // overwrite everything after the header with zeros
   std::optional<double> bwd_scale;    // a backward for another problem (another scale)
+  bool chunk_local = false;           // Options::keep_chunk_local instead of disable_recompute
+  std::optional<bool> bwd_chunk_local;  // the backward's keep_chunk_local (default: the forward's)
 };
 
 // Public API: forward with out.saved (o and the final state come back in *o, *ht), then the
@@ -590,7 +592,8 @@ Status run_saved(const Case& c, const Inputs& x, const SavedRun& how, Grads* g, 
   BackwardInputs in = backward_views(x, true, keep);
   BackwardOutputs out = grad_views(*g, true, keep);
   Options opt = make_options(c);
-  opt.disable_recompute = true;
+  if (how.chunk_local) opt.keep_chunk_local = true;
+  else opt.disable_recompute = true;
   std::size_t nsaved = 0, nws = 0;
   Status s = saved_bytes(c.fam, in.fwd, opt, &nsaved);
   if (!s.ok()) return s;
@@ -619,6 +622,7 @@ Status run_saved(const Case& c, const Inputs& x, const SavedRun& how, Grads* g, 
   in.saved = sv;
   Options bopt = with_path(make_options(c), how.bwd_path);
   if (how.bwd_scale) bopt.scale = *how.bwd_scale;
+  bopt.keep_chunk_local = how.bwd_chunk_local.value_or(how.chunk_local);
   if (!(s = backward_workspace_size(c.fam, in, bopt, &nws)).ok()) return s;
   DevBuf ws(nws);
   s = backward(c.fam, in, out, bopt, Workspace{ws.p, nws}, nullptr);
@@ -1101,6 +1105,122 @@ TEST(CudaBackward, NoDeltaSmallSaved) {
     EXPECT_LE(rel_err(o, ref.o), tol) << "o";
     EXPECT_LE(rel_err(ht, ref.ht), tol) << "final_state";
   }
+}
+
+// The public API's plain forward: o and the final state of case c.
+Status plain_forward(const Case& c, const Inputs& x, HostTensor* o, HostTensor* ht) {
+  std::vector<DevBuf> keep;
+  keep.reserve(16);
+  const ForwardInputs in = forward_views(x, true, keep);
+  *o = x.v;
+  o->poison();
+  *ht = state_tensor(c, x.N);
+  ht->poison();
+  ForwardOutputs fo;
+  fo.o = upload(*o, keep);
+  fo.final_state = upload(*ht, keep);
+  const Options opt = make_options(c);
+  std::size_t nws = 0;
+  Status s = forward_workspace_size(c.fam, in, opt, &nws);
+  if (!s.ok()) return s;
+  DevBuf ws(nws);
+  if (!(s = forward(c.fam, in, fo, opt, Workspace{ws.p, nws}, nullptr)).ok()) return s;
+  if (cudaDeviceSynchronize() != cudaSuccess) return {StatusCode::kBackendError, "forward failed"};
+  download(fo.o, *o);
+  download(fo.final_state, *ht);
+  return Status::Ok();
+}
+
+// keep_chunk_local (GLA): the forward keeps chunk_prep's outputs in `saved` and the backward reads
+// them instead of running chunk_prep: o and the final state bitwise the plain forward's, every
+// gradient bitwise the recomputing backward's, the workspaces smaller. A buffer it wrote is
+// refused by a backward without the option. Where it does not apply (another device than sm_90,
+// K != 128, float32) saved_bytes is 0 and a saved buffer is refused with nothing written.
+TEST(CudaBackward, GlaSmallKeepChunkLocal) {
+  SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  std::vector<Case> cases;
+  { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.B = 2; c.T = 150; c.h0 = true; c.dht = true;
+    cases.push_back(c); }
+  { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.T = 200; c.cu = {0, 1, 1, 130, 200}; c.h0 = true;
+    c.dht = true; cases.push_back(c); }
+  { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat16; c.K = 128; c.V = 128; c.H = 1; c.HV = 2; c.T = 97;
+    c.v_first = true; c.dht = true; cases.push_back(c); }
+  { Case c = no_delta_case(Family::kGLA); c.T = 70; c.h0 = true; cases.push_back(c); }  // K = 64: not kept
+  { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat32; c.K = 128; c.V = 128; c.T = 70;  // float32: not kept
+    cases.push_back(c); }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name());
+    const Inputs x = make_inputs(c, /*backward=*/true);
+    std::vector<DevBuf> keep;
+    keep.reserve(32);
+    const BackwardInputs in = backward_views(x, true, keep);
+    Options opt = make_options(c);
+    opt.keep_chunk_local = true;
+    std::size_t nsaved = 0, nws_keep = 0, nws_plain = 0;
+    ASSERT_TRUE(saved_bytes(c.fam, in.fwd, opt, &nsaved).ok());
+    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, opt, &nws_keep).ok());
+    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, make_options(c), &nws_plain).ok());
+    const bool applies = prop.major == 9 && prop.minor == 0 && c.K == 128 && c.V == 128 && c.dt != DType::kFloat32;
+    EXPECT_EQ(nsaved > 0, applies) << nsaved << " bytes";
+    if (nsaved == 0) {  // a saved buffer is refused, nothing written
+      EXPECT_EQ(nws_keep, nws_plain);
+      DevBuf saved(4096), ws(nws_plain);
+      HostTensor o = x.v;
+      o.poison();
+      ForwardOutputs fo;
+      fo.o = upload(o, keep);
+      fo.saved = make_view(saved.p, DType::kUInt8, {4096}, Device{DeviceType::kCUDA, 0});
+      const Status s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws_plain}, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+      HostTensor o2 = o;
+      download(fo.o, o2);
+      EXPECT_EQ(o2.bytes, o.bytes) << "o was written";
+      continue;
+    }
+    EXPECT_LT(nws_keep, nws_plain);
+    HostTensor o_plain, ht_plain, o, ht;
+    ASSERT_TRUE(plain_forward(c, x, &o_plain, &ht_plain).ok());
+    Grads rec, kept;
+    Status s = run_cuda(c, x, &rec, /*api=*/true);
+    ASSERT_TRUE(s.ok()) << s.message;
+    SavedRun how;
+    how.chunk_local = true;
+    s = run_saved(c, x, how, &kept, &o, &ht);
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(o.bytes, o_plain.bytes) << "o differs from the plain forward's";
+    EXPECT_EQ(ht.bytes, ht_plain.bytes) << "the final state differs from the plain forward's";
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!rec.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), kept.at(i)->bytes.data(), rec.at(i)->bytes.size()))
+          << kGradNames[i] << " differs from the recomputing backward";
+    }
+    // a backward without keep_chunk_local refuses the buffer, writing nothing
+    Grads other;
+    how.bwd_chunk_local = false;
+    s = run_saved(c, x, how, &other, &o, &ht);
+    EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+    EXPECT_NE(s.message.find("keep_chunk_local"), std::string::npos) << s.message;
+    const Grads fresh = make_grads(c, x, false);
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!other.at(i)->present()) continue;
+      EXPECT_EQ(other.at(i)->bytes, const_cast<Grads&>(fresh).at(i)->bytes) << kGradNames[i] << " was written";
+    }
+  }
+  // not together with disable_recompute
+  const Case c = cases[0];
+  const Inputs x = make_inputs(c, /*backward=*/true);
+  std::vector<DevBuf> keep;
+  const BackwardInputs in = backward_views(x, true, keep);
+  Options opt = make_options(c);
+  opt.keep_chunk_local = true;
+  opt.disable_recompute = true;
+  std::size_t n = 0;
+  const Status s = forward_workspace_size(c.fam, in.fwd, opt, &n);
+  EXPECT_EQ(s.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message.find("exclusive"), std::string::npos) << s.message;
 }
 
 TEST(CudaBackward, NoDeltaSmallPublicApi) {

@@ -109,6 +109,7 @@ NO_DELTA_BWD_CASES = [
     ("gla", {"G": 2, "state_v_first": True}, torch.bfloat16),
     ("gla", {"cu_seqlens": [0, 60, 60, 200]}, torch.float16),
     ("gla", {"K": 128, "V": 64}, torch.bfloat16),
+    ("gla", {"K": 128, "V": 128, "cu_seqlens": [0, 1, 1, 130, 201]}, torch.float16),
     ("simple_gla", {}, torch.bfloat16),
     ("simple_gla", {"g": False, "g_gamma": True}, torch.bfloat16),
     ("simple_gla", {"g_gamma": True}, torch.float32),
@@ -121,6 +122,37 @@ def test_no_delta_backward_vs_reference(family, kw, dtype):
     """GLA / simple GLA on CUDA: every gradient (g_gamma's included) against float64."""
     t, opts = make_inputs(family, B=2, T=200, H=2, dtype=dtype, **kw)
     _check_forward_backward(family, t, opts, dtype)
+
+
+@pytest.mark.parametrize("kw,dtype", [({}, torch.bfloat16), ({"G": 2, "state_v_first": True}, torch.float16),
+                                      ({"cu_seqlens": [0, 1, 1, 130, 201]}, torch.bfloat16)])
+def test_gla_training_keeps_chunk_local(monkeypatch, kw, dtype):
+    """GLA in training keeps its chunk-local intermediates for the backward where the backend does
+    (Options::keep_chunk_local: CUDA on Hopper, 16-bit, K = 128): o and every gradient bitwise
+    those of the recomputing backward, and the saved buffer non-empty exactly there."""
+    from linattn import _torch_ops
+    t, opts = make_inputs("gla", B=2, T=200, H=2, K=128, V=128, dtype=dtype, **kw)
+    extra = {"cu_seqlens_cpu": t["cu_seqlens"]} if "cu_seqlens" in t else {}
+    do = dht = None
+    runs = []
+    for keep in (False, True):
+        monkeypatch.setattr(_torch_ops, "KEEP_CHUNK_LOCAL", keep)
+        tc = {n: (x.cuda() if n == "cu_seqlens" else x.cuda().requires_grad_()) for n, x in t.items()}
+        o, ht = _call("gla", tc, opts, output_final_state=True, **extra)
+        if do is None:
+            do, dht = torch.randn_like(o), torch.randn_like(ht)
+        torch.autograd.backward([o, ht], [do, dht])
+        runs.append([o.detach(), ht.detach()] + [x.grad for n, x in tc.items() if n != "cu_seqlens"])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    # where the buffer is kept: the custom operator's saved output
+    tc = {n: x.cuda() for n, x in t.items()}
+    cap = torch.cuda.get_device_capability()
+    out = torch.ops.linattn.chunk_fwd(
+        1, tc["q"], tc["k"], tc["v"], tc["g"], None, None, None, None, tc["initial_state"],
+        tc.get("cu_seqlens"), t.get("cu_seqlens"), None, False, False, False, False, False, None,
+        bool(opts.get("state_v_first", False)), True, False, False, "auto", False, True)
+    assert (out[3].numel() > 0) == (cap == (9, 0) and linattn.cuda_available())
 
 
 def _check_forward_backward(family, t, opts, dtype):

@@ -473,6 +473,10 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 //     4 x 128 and reuses W's region for the partials: 2.57 GiB.
 //   split from saved: pq, pk, pg 3 x 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 1794 MiB,
 //     beside the saved buffer's 1412 MiB.
+// With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
+// KgT, Aqk and gexp are the caller's and read-only; the rest of the front half (h, and U where it
+// is written) stays in the workspace, and chunk_prep does not run.
+enum class SavedKind { kNone, kAll, kChunkLocal };
 struct ChunkPlan {
   static constexpr std::size_t kNone = ~std::size_t{0};
   FrontOffsets front;  // in the workspace; all absent from_saved
@@ -484,8 +488,10 @@ struct ChunkPlan {
   bool f32 = false, split = false, from_saved = false;
   int KG = 1;
   int64_t tokens = 0;
-  ChunkPlan(const detail::Problem& p, Compute compute, bool saved) {
+  ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
     const ComputeForm cf(p, compute);
+    const bool saved = kind == SavedKind::kAll;      // the whole front half is the caller's
+    const bool local = kind == SavedKind::kChunkLocal;  // its chunk-local part is
     f32 = cf.f32;
     split = cf.split;
     from_saved = saved;
@@ -503,9 +509,11 @@ struct ChunkPlan {
     const std::size_t wy = p.delta ? 1 : 0;  // no W and no M⁻¹ without the delta rule
     if (!saved) {
       f.W = o; o = align_up(o + wy * nb * kC * K * es);
-      f.Qg = o; o = align_up(o + nb * kC * K * es);
-      f.KgT = o; o = align_up(o + nb * kC * K * es);
-      f.Aqk = o; o = align_up(o + nb * kC * kC * es);
+      if (!local) {
+        f.Qg = o; o = align_up(o + nb * kC * K * es);
+        f.KgT = o; o = align_up(o + nb * kC * K * es);
+        f.Aqk = o; o = align_up(o + nb * kC * kC * es);
+      }
       if (split) { f.KgT_lo = o; o = align_up(o + nb * kC * K * es); }
     }
     std::size_t r = reuse;
@@ -518,7 +526,7 @@ struct ChunkPlan {
     if (!saved) {
       f.U = dY;
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
-      f.gexp = o; o = align_up(o + nb * K * 4);
+      if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
       f.h = o; o = align_up(o + nb * K * V * 4);
       // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
       // Hopper state pass writes it regardless)
@@ -560,9 +568,16 @@ struct SavedForwardPlan {
   }
 };
 
-// p.has_saved: the backward is given a saved buffer (the token replay does not read it).
+// p.has_saved: the backward is given a saved buffer (the token replay does not read it); a
+// chunk-local one where keep_chunk_local applies (elsewhere the API refuses it).
+SavedKind saved_kind(const detail::Problem& p) {
+  if (!p.has_saved) return SavedKind::kNone;
+  if (!p.opt.keep_chunk_local) return SavedKind::kAll;
+  return chunk_local_saved_applies(p) ? SavedKind::kChunkLocal : SavedKind::kNone;
+}
+
 std::size_t workspace_of(const detail::Problem& p) {
-  return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), p.has_saved).total;
+  return p.token_replay ? Plan(p).total : ChunkPlan(p, compute_of(p), saved_kind(p)).total;
 }
 
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>((rows + 7) / 8); }
@@ -643,8 +658,10 @@ int in_dt_of(const detail::Problem& p, int cdt) {
 // intermediates the backward reads, recomputed by the backward or kept by a forward with a saved
 // buffer (the same kernels with the same inputs: bitwise the same values). A timer (benchmarks)
 // gets a "state" mark between the two.
+// prep false: chunk_prep's outputs are given (a chunk-local saved buffer, GLA); the state pass
+// must then read the v rows (no U is written).
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const FrontBufs& b,
-                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr) {
+                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr, bool prep = true) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   kern::StateParams sp{};
@@ -689,7 +706,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     rows.v_raw = f.v.data;
     if (kern::recurrence_wgmma_applies(cdt, rows)) sp = rows;
   }
-  if (p.num_chunks > 0) {
+  if (!prep && sp.U != nullptr)
+    return {StatusCode::kBackendError, "CUDA backward: chunk-local saved buffer, but the state pass would read U"};
+  if (prep && p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, f);
     // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
     pp.in_dt = in_dt_of(p, cdt);
@@ -813,8 +832,9 @@ Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, cons
 // The chunked (WY) backward in `compute`'s form: the front half (or the saved buffer's),
 // pass 1 (dh), pass 2 (wy); the partials in *parts. timer: stage marks for benchmarks.
 Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
-                   unsigned char* base, Compute compute, bool from_saved, cudaStream_t st, StageTimer* timer,
+                   unsigned char* base, Compute compute, SavedKind kind, cudaStream_t st, StageTimer* timer,
                    Partials* parts) {
+  const bool from_saved = kind == SavedKind::kAll;
   const ForwardInputs& f = in.fwd;
   cudaError_t e = cudaSuccess;
   const int dt = dtype_code(p.dtype);
@@ -823,7 +843,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
   float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
   int& KG = parts->KG;  // NS stays 1: no V splits
-  const ChunkPlan pl(p, compute, from_saved);
+  const ChunkPlan pl(p, compute, kind);
   KG = pl.KG;
   parts->pg_ld = pl.KG;
   if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
@@ -831,9 +851,17 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   const int cdt = pl.f32 ? 2 : dt;  // compute type of the kernels below
   // The front half's buffers: in the workspace, or the saved buffer's (read-only).
-  const FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
-                                               base, pl.seqs, pl.chunks)
-                                  : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
+  FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
+                                         base, pl.seqs, pl.chunks)
+                            : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
+  if (kind == SavedKind::kChunkLocal) {  // chunk_prep's outputs from the forward (read-only)
+    const FrontBufs sv = front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front, base,
+                                    pl.seqs, pl.chunks);
+    fb.Qg = sv.Qg;
+    fb.KgT = sv.KgT;
+    fb.Aqk = sv.Aqk;
+    fb.gexp = sv.gexp;
+  }
   // Every kernel reads the caller's q, k, v, dO (in_dt: their type where the compute type is
   // float32 and they are 16-bit; converted as loaded). The finish kernels write dq, dk, dv in the
   // caller's dtype.
@@ -842,10 +870,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   auto mark = [&](const char* next) {
     if (timer) timer->mark(next, st);
   };
-  mark(from_saved ? "pass1" : "prep");
+  const bool local = kind == SavedKind::kChunkLocal;
+  mark(from_saved ? "pass1" : local ? "state" : "prep");
   if (!from_saved) {
-    // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
-    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, timer); !fs.ok()) return fs;
+    // ---- recompute the forward's chunk intermediates (unless given), plus M⁻¹, h and V_new (no output)
+    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, local ? nullptr : timer, !local); !fs.ok())
+      return fs;
     mark("pass1");
   }
   bool dv_from_pass1 = false;
@@ -1102,8 +1132,11 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   if (token && !p.delta)  // a test hook: its token kernels run the delta rule's recurrence
     return Status::Unsupported("the CUDA token replay (a test oracle) covers the delta-rule families only");
   const bool from_saved = !token && in.saved.present();
+  const SavedKind kind = token ? SavedKind::kNone : saved_kind(p);
+  if (from_saved && kind == SavedKind::kNone)  // (the API refuses it first: saved_bytes is 0)
+    return Status::Unsupported("keep_chunk_local does not apply to this problem: pass no saved buffer");
   const Compute compute = compute_of(p);  // the chunked path's (and a saved buffer's) form
-  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, from_saved).total;
+  const std::size_t need = token ? Plan(p).total : ChunkPlan(p, compute, kind).total;
   if (ws.bytes < need || (need > 0 && ws.data == nullptr))
     return {StatusCode::kWorkspaceTooSmall, "CUDA backward workspace too small"};
   // The saved buffer's shape checks need no device; its header is read after the switch to it.
@@ -1130,7 +1163,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   Partials parts;
   s = token ? run_token_replay(p, in, out, base, st, &parts)
-            : run_chunked(p, in, out, base, compute, from_saved, st, timer, &parts);
+            : run_chunked(p, in, out, base, compute, kind, st, timer, &parts);
   if (!s.ok()) return s;
   if (Status fs = run_finish(p, in, out, parts, st, token ? nullptr : timer); !fs.ok()) return fs;
   if (timer && !token) timer->mark("end", st);
@@ -1138,8 +1171,16 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 }
 
 
+bool chunk_local_saved_applies(const detail::Problem& p) {
+  return p.opt.keep_chunk_local && !p.delta && p.vector_gate && p.dtype != DType::kFloat32 &&
+         !config::ComputeForm(p.dtype, config::compute_of(p)).f32 &&
+         kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V)) &&
+         config::can_implement(p, "backward").ok();
+}
+
 std::size_t saved_kda_gdn_bytes(const detail::Problem& p) {
   if (!config::can_implement(p, "backward").ok()) return 0;
+  if (p.opt.keep_chunk_local && !chunk_local_saved_applies(p)) return 0;
   return bwd::SavedLayout(p, bwd::compute_of(p)).total;
 }
 

@@ -19,6 +19,7 @@ constexpr char kSavedMagic[8] = {'L', 'N', 'A', 'C', 'U', 'D', 'A', '1'};
 struct SavedHeader {
   char magic[8];
   int32_t family, dtype, compute, v_first;
+  int32_t chunk_local, pad;  // 1: Options::keep_chunk_local's layout (no states)
   int64_t tokens, N, H, HV, K, V, num_chunks;
   uint64_t layout;  // detail::saved_problem_hash
 };
@@ -32,6 +33,7 @@ SavedHeader saved_header(const detail::Problem& p, Compute compute) {
   h.dtype = static_cast<int32_t>(p.dtype);
   h.compute = static_cast<int32_t>(compute);
   h.v_first = p.opt.state_v_first ? 1 : 0;
+  h.chunk_local = p.opt.keep_chunk_local ? 1 : 0;
   h.tokens = p.B * p.T;
   h.N = p.N;
   h.H = p.H;
@@ -56,6 +58,14 @@ SavedLayout::SavedLayout(const detail::Problem& p, Compute compute) {
   const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
   FrontOffsets& f = front;
   std::size_t o = kSavedHeaderBytes;
+  if (p.opt.keep_chunk_local) {  // GLA's chunk-local intermediates as the plain forward's chunk_prep writes them
+    f.Qg = o; o = align_up(o + nb * kC * K * es);
+    f.KgT = o; o = align_up(o + nb * kC * K * es);
+    f.Aqk = o; o = align_up(o + nb * kC * kC * es);
+    f.gexp = o; o = align_up(o + nb * K * 4);
+    total = o;
+    return;
+  }
   // without the delta rule (GLA, simple GLA) no W and no M⁻¹ (zero-sized)
   const std::size_t wy = p.delta ? 1 : 0;
   f.W = o; o = align_up(o + wy * nb * kC * K * es);
@@ -96,6 +106,11 @@ Status check_saved_header(const detail::Problem& p, Compute compute, const void*
     return cuda_error("reading the saved buffer's header", e);
   const SavedHeader want = saved_header(p, compute);
   if (std::memcmp(&got, &want, sizeof want) == 0) return Status::Ok();
+  if (got.chunk_local != want.chunk_local && std::memcmp(got.magic, want.magic, sizeof got.magic) == 0)
+    return Status::Invalid(std::string("saved was written ") +
+                           (got.chunk_local ? "with keep_chunk_local (chunk-local intermediates only)" : "without keep_chunk_local") +
+                           ", this backward is called " + (want.chunk_local ? "with" : "without") +
+                           " it (Options::keep_chunk_local differs between the forward and the backward)");
   SavedHeader same = got;
   same.compute = want.compute;
   if (std::memcmp(&same, &want, sizeof want) == 0)

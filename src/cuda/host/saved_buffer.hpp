@@ -28,7 +28,8 @@ struct FrontOffsets {
               vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
 };
 
-// The saved buffer's layout for problem p in compute form `compute` (total: saved_bytes()).
+// The saved buffer's layout for problem p in compute form `compute` (total: saved_bytes()). With
+// Options::keep_chunk_local only Qg, KgT, Aqk and gexp, where GLA's plain forward writes them.
 struct SavedLayout {
   FrontOffsets front;  // U and its low half where V_new and its low half go
   std::size_t total = 0;

@@ -1223,6 +1223,30 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
   EXPECT_NE(s.message.find("exclusive"), std::string::npos) << s.message;
 }
 
+// The backward's workspace holds only the partials a finish kernel reads: without the l2norm
+// backward and the GVA sum pass 2 writes dq and dk itself (no pq, pk), with the identity gate
+// transform dg itself (no pg). GLA at K = V = 64: smaller without l2norm than with it, and both
+// within SPEC against float64.
+TEST(CudaBackward, SmallWorkspaceHoldsOnlyThePartialsRead) {
+  SKIP_WITHOUT_GPU();
+  Case c = no_delta_case(Family::kGLA);
+  c.B = 2;
+  c.T = 150;
+  c.h0 = true;
+  c.dht = true;
+  Case l2 = c;
+  l2.l2norm = true;
+  std::size_t ws_direct = 0, ws_l2 = 0;
+  for (auto [cs, ws] : {std::pair<const Case*, std::size_t*>{&c, &ws_direct}, {&l2, &ws_l2}}) {
+    const Inputs x = make_inputs(*cs, /*backward=*/true);
+    std::vector<DevBuf> keep;
+    const BackwardInputs in = backward_views(x, true, keep);
+    ASSERT_TRUE(backward_workspace_size(cs->fam, in, make_options(*cs), ws).ok());
+    check_case(*cs, /*api=*/true);
+  }
+  EXPECT_LT(ws_direct, ws_l2);
+}
+
 TEST(CudaBackward, NoDeltaSmallPublicApi) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kGLA, Family::kSimpleGLA}) {

@@ -473,6 +473,8 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 //     4 x 128 and reuses W's region for the partials: 2.57 GiB.
 //   split from saved: pq, pk, pg 3 x 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 1794 MiB,
 //     beside the saved buffer's 1412 MiB.
+// (These counts have every partial. pq, pk are absent where pass 2 writes dq, dk itself, pg where
+// it writes dg: KDA with its plain gate has no pg, GLA none of the three; see below.)
 // With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
 // KgT, Aqk and gexp are the caller's and read-only; the rest of the front half (h, and U where it
 // is written) stays in the workspace, and chunk_prep does not run.
@@ -486,6 +488,7 @@ struct ChunkPlan {
   // place, and KgT_lo)
   std::size_t dN_lo = kNone, dY_lo = kNone;
   bool f32 = false, split = false, from_saved = false;
+  bool dqk_direct = false, dg_direct = false;  // no pq / pk, no pg (pass 2 writes dq, dk / dg)
   int KG = 1;
   int64_t tokens = 0;
   ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
@@ -516,10 +519,18 @@ struct ChunkPlan {
       }
       if (split) { f.KgT_lo = o; o = align_up(o + nb * kC * K * es); }
     }
+    // Partials only where a finish kernel reads them: pass 2 writes dq, dk itself without the
+    // l2norm backward and the GVA sum (WyParams::dq), and dg itself with the identity gate
+    // transform and no gate-parameter gradients (WyParams::dg_direct; dA_log / ddt_bias need
+    // A_log / dt_bias). Both follow from the problem alone, as the workspace query must; the
+    // launch checks that pass 2 agrees. At the reference shape this drops GLA's pq, pk, pg (768 MiB)
+    // and KDA's pg (256 MiB).
+    dqk_direct = !p.opt.use_qk_l2norm_in_kernel && p.G == 1;
+    dg_direct = p.has_g && gate_kind_code(p) == 0 && !p.has_g_gamma && !p.has_A_log && !p.has_dt_bias;
     std::size_t r = reuse;
-    pq = r; r = align_up(r + T * p.HV * K * 4);
-    pk = r; r = align_up(r + T * p.HV * K * 4);
-    pg = r; r = align_up(r + T * p.HV * KG * 4);  // one float a row with the scalar gate
+    pq = r; r = align_up(r + (dqk_direct ? 0 : T * p.HV * K * 4));
+    pk = r; r = align_up(r + (dqk_direct ? 0 : T * p.HV * K * 4));
+    pg = r; r = align_up(r + (dg_direct ? 0 : T * p.HV * KG * 4));  // one float a row with the scalar gate
     pb = r; r = align_up(r + T * p.HV * 4);
     o = std::max(o, r);
     dY = o; o = align_up(o + nb * kC * V * es);
@@ -845,6 +856,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   int& KG = parts->KG;  // NS stays 1: no V splits
   const ChunkPlan pl(p, compute, kind);
   KG = pl.KG;
+  // where pass 2 writes dg and dq, dk itself (below); the plan, from the problem alone, must not
+  // have left out partials it would write
+  const bool dg_direct = p.has_g && ga.kind == 0 && !p.has_g_gamma && !out.ddt_bias.present() && !out.dA_log.present();
+  const bool dqk_direct = !l2 && p.G == 1 && out.dq.present() && out.dk.present();
+  if ((pl.dqk_direct && !dqk_direct) || (pl.dg_direct && !dg_direct))
+    return {StatusCode::kBackendError, "CUDA backward: the workspace plan has no partials that pass 2 would write"};
   parts->pg_ld = pl.KG;
   if ((e = build_maps(p, base + pl.seqs, base + pl.chunks, st)) != cudaSuccess)
     return cuda_error("chunk map launch", e);
@@ -976,7 +993,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     // transform without gate-parameter gradients or g_gamma (dg is then the partial), and dβ
     // always (one row a token). Saves finish_gb its pass over pg (a copy, 268 MB each way at
     // issue 5's reference shape) and, for the scalar gate, pass 2 its zero-padded pg rows.
-    wp.dg_direct = p.has_g && ga.kind == 0 && !p.has_g_gamma && !out.ddt_bias.present() && !out.dA_log.present();
+    wp.dg_direct = dg_direct;
     wp.dg = wp.dg_direct && out.dg.present() ? out.dg.data : nullptr;
     wp.dg_dt = p.has_g ? dtype_code(f.g.dtype) : 2;
     wp.dbeta = p.delta && out.dbeta.present() ? out.dbeta.data : nullptr;
@@ -985,7 +1002,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     // dq, dk straight out where finish_qk would only copy the partial: no l2norm backward and no
     // GVA sum (G = 1). Saves its pass over pq, pk (2 x 268 MB read and 2 x 134 MB written at issue
     // 17's GLA shape) and halves pass 2's dq, dk stores.
-    if (!l2 && p.G == 1 && out.dq.present() && out.dk.present()) {
+    if (dqk_direct) {
       wp.dq = out.dq.data;
       wp.dk = out.dk.data;
     }

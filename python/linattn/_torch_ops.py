@@ -440,8 +440,9 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     want_map = _SAVED_H0.maps is not None and _SAVED_H0.want_map
     # GLA in training keeps its chunk-local intermediates for the backward where the backend does
     # (CUDA on Hopper, Options::keep_chunk_local: the backward then skips chunk_prep, with bitwise
-    # the same gradients), as FLA's GLA keeps its gate cumsum and A; elsewhere nothing is kept.
-    keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute and dev.type == "cuda"
+    # the same gradients), as FLA's GLA keeps its gate cumsum and A; elsewhere saved_bytes is 0 and
+    # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
+    keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
             and torch.is_grad_enabled()
             and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
     o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(

@@ -34,9 +34,8 @@ constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
 // acc[MI][NI] += A[m0 .., k0 : k1] * B[k0 : k1, n0 ..]. A is k-major when AK (A(m, k) at
 // pa[k * lda + m]) else row-major; B is k-major when BK (B(k, n) at pb[k * ldb + n]) else n-major.
 // 16-bit: ldmatrix from shared memory (16-byte aligned rows, offsets multiples of 8, NI even,
-// k0/k1 multiples of 16). float: 3xTF32 through the loaders (shared or global memory), or with X2
-// bfloat16 hi + lo halves (kern::warp_mma_bf16x2; the same k ranges as the 16-bit path).
-template <class T, int MI, int NI, bool AK, bool BK, bool X2 = false>
+// k0/k1 multiples of 16). float: 3xTF32 through the loaders (shared or global memory).
+template <class T, int MI, int NI, bool AK, bool BK>
 __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb, int ldb,
                                        int m0, int n0, int k0, int k1) {
   if constexpr (kIs16<T>) {
@@ -46,16 +45,9 @@ __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int
     // row-major A (RowOp)
     using AOp = std::conditional_t<AK, kern::ColOp<T>, kern::RowOp<T>>;
     using BOp = std::conditional_t<BK, kern::RowOp<T>, kern::ColOp<T>>;
-    if constexpr (X2) kern::warp_mma_bf16x2<MI, NI>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
-    else kern::warp_mma<T, MI, NI>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
+    kern::warp_mma<T, MI, NI>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
   }
 }
-
-// Pass 2's products in the float32 form on 16-bit inputs run as bfloat16 hi + lo halves (X2 of
-// mma_op): the precision its other stages carry, at half 3xTF32's tensor instructions. Float32
-// inputs keep 3xTF32.
-template <class T, class In>
-inline constexpr bool kPass2X2 = !kIs16<T> && kIs16<In>;
 
 // rows x cols tile (global row stride gld) into shared memory (stride sld) by cp.async; rows at or
 // past `valid` are zero-filled.
@@ -425,8 +417,8 @@ __device__ __forceinline__ void scalar_gate_dg(const WyParams& p, const T* A1s, 
     tile_in<T, 64, 64, true>(ks, ld, kbase + c0, qk_row, Lc);
     land();
     __syncthreads();
-    mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(gq, qs, ld, ks, ld, tm0, n0, 0, 64);
-    if constexpr (DM) mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(gk, ks, ld, ks, ld, tm0, n0, 0, 64);
+    mma_op<T, 1, 4, false, false>(gq, qs, ld, ks, ld, tm0, n0, 0, 64);
+    if constexpr (DM) mma_op<T, 1, 4, false, false>(gk, ks, ld, ks, ld, tm0, n0, 0, 64);
     __syncthreads();
   }
 #pragma unroll
@@ -689,8 +681,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       __syncthreads();
       float y[1][4][4];
       zero_acc(y);
-      mma_op<T, 1, 4, true, true, kPass2X2<T, In>>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
-      if (split) mma_op<T, 1, 4, true, true, kPass2X2<T, In>>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
+      mma_op<T, 1, 4, true, true>(y, Bs, ld, dNs, ld, tm0, n0, tm0, kC);  // Bᵀ is upper triangular
+      if (split) mma_op<T, 1, 4, true, true>(y, Bs, ld, dNlos, ld, tm0, n0, tm0, kC);
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
@@ -714,11 +706,11 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           }
         }
       __syncthreads();
-      mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
-      mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
+      mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
+      mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
       if (split) {
-        mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
-        mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
+        mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
+        mma_op<T, 1, 4, false, false>(accM, dYs, ld, Nlos, ld, tm0, n0, 0, 64);
       }
       __syncthreads();
     }
@@ -921,19 +913,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       land();
       __syncthreads();
-      mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
-      mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);
+      mma_op<T, 1, 4, false, false>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      mma_op<T, 1, 4, false, false>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);
       if constexpr (DELTA) {
-        mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
+        mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
         if constexpr (kIs16<T>) {
-          mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
+          mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
           if (split) {
-            mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
-            mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
+            mma_op<T, 1, 4, false, false>(ax, dYlos, ldb, Ss, ldb, tm0, n0, 0, kVB);
+            mma_op<T, 1, 4, false, false>(an, Nlos, ldb, dSs, ldb, tm0, n0, 0, kVB);
           }
         }
       } else if (form_a1) {
-        mma_op<T, 1, 4, false, false, kPass2X2<T, In>>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
+        mma_op<T, 1, 4, false, false>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
       }
       __syncthreads();
     }
@@ -1077,7 +1069,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       const T* Kdb = Kd + (r - 16) * ld;
       float a[1][4][4];
       zero_acc(a);
-      mma_op<T, 1, 4, false, true, kPass2X2<T, In>>(a, A1s, ld, Kb, ld, r, n0, 0, r);
+      mma_op<T, 1, 4, false, true>(a, A1s, ld, Kb, ld, r, n0, 0, r);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = tm0 + g + 8 * hh;
@@ -1091,7 +1083,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       if constexpr (DELTA) {
       zero_acc(a);
-      mma_op<T, 1, 4, false, true, kPass2X2<T, In>>(a, dMs, ld, Kb, ld, r, n0, 0, r);
+      mma_op<T, 1, 4, false, true>(a, dMs, ld, Kb, ld, r, n0, 0, r);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = tm0 + g + 8 * hh;
@@ -1112,8 +1104,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       const int r = 16 * I;
       float a[1][4][4];
       zero_acc(a);
-      mma_op<T, 1, 4, true, true, kPass2X2<T, In>>(a, A1s + r * ld, ld, Qd + (r - 16) * ld, ld, tm0, n0, 0, 16);
-      if constexpr (DELTA) mma_op<T, 1, 4, true, true, kPass2X2<T, In>>(a, dMs + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
+      mma_op<T, 1, 4, true, true>(a, A1s + r * ld, ld, Qd + (r - 16) * ld, ld, tm0, n0, 0, 16);
+      if constexpr (DELTA) mma_op<T, 1, 4, true, true>(a, dMs + r * ld, ld, Kd + (r - 16) * ld, ld, tm0, n0, 0, 16);
       const T* Kb = Kmin + kmin_ofs(I) * ld;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {

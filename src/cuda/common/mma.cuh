@@ -8,8 +8,7 @@
 // computed on the fly (decay factors):
 //   16-bit types: la.pair(m, k) packs A(m,k), A(m,k+1); lb.pair(k, n) packs B(k,n), B(k+1,n)
 //   float:        la.at(m, k), lb.at(k, n); the product runs as 3xTF32 (big*big + big*small +
-//                 small*big), close to float32 accuracy; or (warp_mma_bf16x2) as three bfloat16
-//                 products of hi + lo halves, ~16 mantissa bits, at the 16-bit rate.
+//                 small*big), close to float32 accuracy.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -194,54 +193,6 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, 
           mma_tf32(acc[mi][ni], ab[mi], bb[ni]);
         }
     }
-  }
-}
-
-// x0, x1 as bfloat16 hi + lo halves, packed in the 16-bit fragment order (x0 in the low half):
-// hi = bf16(x), lo = bf16(x − hi), |x − hi − lo| <= 2^-17 |x| (round to nearest twice).
-__device__ __forceinline__ void bf16x2_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float2 hf = __bfloat1622float2(h);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-// warp_mma for float operands as bfloat16 hi + lo halves: A B ≈ Ahi Bhi + Ahi Blo + Alo Bhi (the
-// dropped Alo Blo is below 2^-16 of each product), three m16n8k16 bfloat16 products a 16-wide k
-// step where 3xTF32 takes six m16n8k8 ones over the same k. The float32 form of the backward on
-// 16-bit inputs uses it in pass 2 (its prep, state pass and Hopper pass 1 carry their operands
-// the same way): the precision emulation finds every gradient, the gate parameters' included,
-// within SPEC with every operand so (tools/precision/README.md, "bf16x2"). k range multiples of 16.
-template <int MI, int NI, class LA, class LB>
-__device__ __forceinline__ void warp_mma_bf16x2(float (&acc)[MI][NI][4], const LA& la, const LB& lb, int m0,
-                                                int n0, int k_begin, int k_end) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 1
-  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
-    uint32_t ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const int r = m0 + 16 * mi + g, c = k0 + 2 * t;
-      bf16x2_split(la.at(r, c), la.at(r, c + 1), ah[mi][0], al[mi][0]);
-      bf16x2_split(la.at(r + 8, c), la.at(r + 8, c + 1), ah[mi][1], al[mi][1]);
-      bf16x2_split(la.at(r, c + 8), la.at(r, c + 9), ah[mi][2], al[mi][2]);
-      bf16x2_split(la.at(r + 8, c + 8), la.at(r + 8, c + 9), ah[mi][3], al[mi][3]);
-    }
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-      const int c = n0 + 8 * ni + g, k = k0 + 2 * t;
-      bf16x2_split(lb.at(k, c), lb.at(k + 1, c), bh[ni][0], bl[ni][0]);
-      bf16x2_split(lb.at(k + 8, c), lb.at(k + 9, c), bh[ni][1], bl[ni][1]);
-    }
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        mma16<__nv_bfloat16>(acc[mi][ni], al[mi], bh[ni]);
-        mma16<__nv_bfloat16>(acc[mi][ni], ah[mi], bl[ni]);
-        mma16<__nv_bfloat16>(acc[mi][ni], ah[mi], bh[ni]);
-      }
   }
 }
 

@@ -375,6 +375,11 @@ torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_
 # GLA's training forward keeps its chunk-local intermediates where the backend does (run_forward);
 # a module attribute only so that tests can compare against the recomputing backward.
 KEEP_CHUNK_LOCAL = True
+# ... from this many tokens x value heads up. A backward given `saved` reads its header back from
+# the device, a stream sync that serialises host and GPU, which costs more than the skipped
+# chunk_prep where the host is the bottleneck (session 31, H100, chains of 8 GLA layers, forward
+# then backward: B=1 T=2048 H=16 12.6 -> 18.3 ms with keep; B=2 T=8192 H=32 36.1 -> 26.9 ms).
+KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS = 1 << 18
 
 
 def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
@@ -444,7 +449,9 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
     keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
             and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
+            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state))
+            and q.dim() == 4 and v.dim() == 4
+            and q.shape[0] * q.shape[1] * v.shape[2] >= KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS)
     o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),

@@ -253,8 +253,11 @@ def chunk_bwd(
     state_v_first: bool,
     backward_precision: str = "auto",
     keep_chunk_local: bool = False,
+    saved_as_filled: bool = False,
 ) -> List[Tensor]:
-    """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty."""
+    """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty.
+    saved_as_filled: `saved` is the forward's own output, unchanged (the autograd path): the
+    backend skips reading its header back (BackwardInputs::saved_as_filled, no stream sync)."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
                A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
                cu_seqlens=_c(cu_seqlens),
@@ -274,7 +277,8 @@ def chunk_bwd(
             grads[dst] = None if inp[src] is None else torch.empty_like(inp[src])
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         _C.backward(family, **inp, d_o=_c(do), dht=_c(dht), saved=_c(saved), **grads,
-                    options=opt, workspace=ws, stream=_stream(q))
+                    options=opt, workspace=ws, stream=_stream(q),
+                    saved_as_filled=bool(saved_as_filled) and saved is not None)
     return [x if x is not None else q.new_empty(0) for x in grads.values()]
 
 
@@ -359,7 +363,7 @@ def _backward(ctx, do, dfinal, _dh, _dsaved, _dmap_o, _dmap_final):
     dq, dk, dv, dg, dgg, db, dA, ddt, dh0 = torch.ops.linattn.chunk_bwd(
         ctx.family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
         cu_seqlens_cpu, do.contiguous(), None if dht is None else dht.contiguous(), saved,
-        *ctx.flags)
+        *ctx.flags, True)  # saved_as_filled: this forward's own buffer (its header is not read back)
     grads = [dq, dk, dv]
     for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
                        (initial_state, dh0)):
@@ -375,11 +379,6 @@ torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_
 # GLA's training forward keeps its chunk-local intermediates where the backend does (run_forward);
 # a module attribute only so that tests can compare against the recomputing backward.
 KEEP_CHUNK_LOCAL = True
-# ... from this many tokens x value heads up. A backward given `saved` reads its header back from
-# the device, a stream sync that serialises host and GPU, which costs more than the skipped
-# chunk_prep where the host is the bottleneck (session 31, H100, chains of 8 GLA layers, forward
-# then backward: B=1 T=2048 H=16 12.6 -> 18.3 ms with keep; B=2 T=8192 H=32 36.1 -> 26.9 ms).
-KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS = 1 << 18
 
 
 def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
@@ -449,9 +448,7 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
     keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
             and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state))
-            and q.dim() == 4 and v.dim() == 4
-            and q.shape[0] * q.shape[1] * v.shape[2] >= KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS)
+            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
     o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),

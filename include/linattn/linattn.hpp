@@ -195,11 +195,18 @@ struct ForwardOutputs {
 
 // Backward: the forward's inputs, the output gradient `d_o`, the optional final-state gradient
 // `dht` (shape of final_state) and the optional `saved` buffer a forward filled.
+// saved_as_filled: the caller vouches that `saved` holds what a forward of this same problem
+// (same inputs' shapes, options and sequences) wrote, unchanged, as an autograd engine's own saved
+// tensor does. On CUDA the backward then skips reading saved's header back to check it, a
+// device-to-host read that waits for the stream (and so serialises host and GPU once a backward);
+// its size and alignment are still checked. Left false, the header is read and a buffer written
+// for another problem or backward form is refused.
 struct BackwardInputs {
   ForwardInputs fwd;
   TensorView d_o;
   TensorView dht;
   TensorView saved;
+  bool saved_as_filled = false;
 };
 
 // Gradients, each shaped like (and in the dtype of) the input it belongs to; each is optional

@@ -399,9 +399,10 @@ NB_MODULE(_C, m) {
       [](int family, LINATTN_INPUT_PARAMS, InArray d_o, OptIn dht, OptIn saved, OutArray dq,
          OutArray dk, OutArray dv, OptOut dg, OptOut dg_gamma, OptOut dbeta, OptOut dA_log,
          OptOut ddt_bias, OptOut dh0, const linattn::Options& opt, OptOut workspace,
-         uintptr_t stream) {
+         uintptr_t stream, bool saved_as_filled) {
         const Inputs x = LINATTN_INPUTS;
-        const linattn::BackwardInputs in = bwd_in(x, d_o, dht, saved);
+        linattn::BackwardInputs in = bwd_in(x, d_o, dht, saved);
+        in.saved_as_filled = saved_as_filled;
         const linattn::BackwardOutputs out =
             Grads{dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0}.views();
         const linattn::Workspace ws = to_workspace(workspace);
@@ -417,8 +418,10 @@ NB_MODULE(_C, m) {
       "dg_gamma"_a.none() = nb::none(), "dbeta"_a.none() = nb::none(),
       "dA_log"_a.none() = nb::none(), "ddt_bias"_a.none() = nb::none(),
       "dh0"_a.none() = nb::none(), "options"_a, "workspace"_a.none() = nb::none(),
-      "stream"_a = 0,
-      "Chunked backward into caller-allocated gradients (absent ones are not computed).");
+      "stream"_a = 0, "saved_as_filled"_a = false,
+      "Chunked backward into caller-allocated gradients (absent ones are not computed). "
+      "saved_as_filled: saved is the forward's own buffer, unchanged (BackwardInputs::saved_as_filled: "
+      "its header is not read back).");
 
   m.def(
       "reference_forward",

@@ -4,7 +4,10 @@ Two operators carry every family: ``linattn::chunk_fwd`` and ``linattn::chunk_bw
 allocate their outputs with ``torch.empty`` on the inputs' device, call the C++ core on
 the current CUDA stream (CPU tensors run on the CPU backend) and have fake (meta)
 implementations, so ``torch.compile(fullgraph=True)`` traces through them without a graph
-break. Autograd is attached to ``chunk_fwd`` with ``torch.library.register_autograd``.
+break. Autograd is attached to ``chunk_fwd`` with ``torch.library.register_autograd``. Plain
+eager calls (no tracer, transform, mode or tensor subclass: ``_plain_eager``) run the same
+implementations as a ``torch.autograd.Function`` without the operator dispatch, whose cost is
+most of a small call's host time; tracers see the operators.
 
 Absent outputs are returned as empty tensors (custom operators cannot return None); the
 public functions turn them back into None.
@@ -86,8 +89,7 @@ def _options(scale, l2, gate, bsig, neg, safe, lb, v_first, bwd_precision):
 
 
 # --------------------------------------------------------------------------- forward op
-@torch.library.custom_op("linattn::chunk_fwd", mutates_args=())
-def chunk_fwd(
+def _chunk_fwd_impl(
     family: int,
     q: Tensor,
     k: Tensor,
@@ -177,6 +179,9 @@ def _is_static(*ts) -> bool:
     return all(not isinstance(s, torch.SymInt) for t in ts if t is not None for s in t.shape)
 
 
+chunk_fwd = torch.library.custom_op("linattn::chunk_fwd", mutates_args=())(_chunk_fwd_impl)
+
+
 @chunk_fwd.register_fake
 def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
                     cu_seqlens_cpu, scale, use_qk_l2norm_in_kernel, use_gate_in_kernel,
@@ -226,8 +231,7 @@ def _chunk_fwd_fake(family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_s
 
 
 # --------------------------------------------------------------------------- backward op
-@torch.library.custom_op("linattn::chunk_bwd", mutates_args=())
-def chunk_bwd(
+def _chunk_bwd_impl(
     family: int,
     q: Tensor,
     k: Tensor,
@@ -253,8 +257,11 @@ def chunk_bwd(
     state_v_first: bool,
     backward_precision: str = "auto",
     keep_chunk_local: bool = False,
+    saved_as_filled: bool = False,
 ) -> List[Tensor]:
-    """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty."""
+    """Returns [dq, dk, dv, dg, dg_gamma, dbeta, dA_log, ddt_bias, dh0]; absent: empty.
+    saved_as_filled: `saved` is the forward's own output, unchanged (the autograd path): the
+    backend skips reading its header back (BackwardInputs::saved_as_filled, no stream sync)."""
     inp = dict(q=_c(q), k=_c(k), v=_c(v), g=_c(g), g_gamma=_c(g_gamma), beta=_c(beta),
                A_log=_c(A_log), dt_bias=_c(dt_bias), initial_state=_c(initial_state),
                cu_seqlens=_c(cu_seqlens),
@@ -274,8 +281,12 @@ def chunk_bwd(
             grads[dst] = None if inp[src] is None else torch.empty_like(inp[src])
         ws = q.new_empty(nws, dtype=torch.uint8) if nws > 0 else None
         _C.backward(family, **inp, d_o=_c(do), dht=_c(dht), saved=_c(saved), **grads,
-                    options=opt, workspace=ws, stream=_stream(q))
+                    options=opt, workspace=ws, stream=_stream(q),
+                    saved_as_filled=bool(saved_as_filled) and saved is not None)
     return [x if x is not None else q.new_empty(0) for x in grads.values()]
+
+
+chunk_bwd = torch.library.custom_op("linattn::chunk_bwd", mutates_args=())(_chunk_bwd_impl)
 
 
 @chunk_bwd.register_fake
@@ -356,10 +367,11 @@ def _backward(ctx, do, dfinal, _dh, _dsaved, _dmap_o, _dmap_final):
     if do is None:
         do = torch.zeros_like(v)
     dht = dfinal if (ctx.output_final_state and dfinal is not None) else None
-    dq, dk, dv, dg, dgg, db, dA, ddt, dh0 = torch.ops.linattn.chunk_bwd(
-        ctx.family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
-        cu_seqlens_cpu, do.contiguous(), None if dht is None else dht.contiguous(), saved,
-        *ctx.flags)
+    args = (ctx.family, q, k, v, g, g_gamma, beta, A_log, dt_bias, initial_state, cu_seqlens,
+            cu_seqlens_cpu, do.contiguous(), None if dht is None else dht.contiguous(), saved,
+            *ctx.flags, True)  # saved_as_filled: this forward's own buffer (its header is not read back)
+    op = _chunk_bwd_impl if _plain_eager(args) else torch.ops.linattn.chunk_bwd
+    dq, dk, dv, dg, dgg, db, dA, ddt, dh0 = op(*args)
     grads = [dq, dk, dv]
     for present, d in ((g, dg), (g_gamma, dgg), (beta, db), (A_log, dA), (dt_bias, ddt),
                        (initial_state, dh0)):
@@ -371,15 +383,51 @@ def _backward(ctx, do, dfinal, _dh, _dsaved, _dmap_o, _dmap_final):
 torch.library.register_autograd("linattn::chunk_fwd", _backward, setup_context=_setup_context)
 
 
+_PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+
+def _plain_eager(args) -> bool:
+    """True where the operators' implementations may run without torch.library's dispatch: eager
+    mode on plain tensors (no torch.compile tracing, no functorch transform, no dispatch or
+    torch-function mode, no tensor subclass). Elsewhere the custom operators run, so tracers see
+    them. The dispatch costs the host time a small layer is made of: torch.library's autograd
+    wrapper alone fills the 26-argument schema's defaults at ~155 µs a call (session 31, CPU
+    profile of chunk_gla in training)."""
+    if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or torch._C._len_torch_dispatch_stack() > 0 or torch._C._len_torch_function_stack() > 0):
+        return False
+    return all(type(a) in _PLAIN_TENSORS for a in args if isinstance(a, Tensor))
+
+
+class _ChunkFwdEager(torch.autograd.Function):
+    """linattn::chunk_fwd's autograd in eager mode: the same implementation, setup_context and
+    backward as the registered operator (bitwise the same results), as a plain autograd node."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        out = _chunk_fwd_impl(*args)
+        _setup_context(ctx, args, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _backward(ctx, *grads)
+
+
+def _chunk_fwd_call(*args):
+    """torch.ops.linattn.chunk_fwd, or in plain eager mode the same computation without the
+    operator dispatch (_plain_eager)."""
+    if not _plain_eager(args):
+        return torch.ops.linattn.chunk_fwd(*args)
+    if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        return _ChunkFwdEager.apply(*args)
+    return _chunk_fwd_impl(*args)
+
+
 # --------------------------------------------------------------------------- helper
 # GLA's training forward keeps its chunk-local intermediates where the backend does (run_forward);
 # a module attribute only so that tests can compare against the recomputing backward.
 KEEP_CHUNK_LOCAL = True
-# ... from this many tokens x value heads up. A backward given `saved` reads its header back from
-# the device, a stream sync that serialises host and GPU, which costs more than the skipped
-# chunk_prep where the host is the bottleneck (session 31, H100, chains of 8 GLA layers, forward
-# then backward: B=1 T=2048 H=16 12.6 -> 18.3 ms with keep; B=2 T=8192 H=32 36.1 -> 26.9 ms).
-KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS = 1 << 18
 
 
 def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
@@ -449,10 +497,8 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
     keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
             and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state))
-            and q.dim() == 4 and v.dim() == 4
-            and q.shape[0] * q.shape[1] * v.shape[2] >= KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS)
-    o, fs, h, _, qmap, mmap = torch.ops.linattn.chunk_fwd(
+            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
+    o, fs, h, _, qmap, mmap = _chunk_fwd_call(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),
         scale, bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),

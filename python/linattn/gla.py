@@ -56,9 +56,9 @@ def chunk_gla(
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
         disable_recompute: (linattn extra) keep forward intermediates for the backward, the
-            chunk states included. Without it a training call on CUDA (Hopper, 16-bit, K = 128,
-            from 2^18 tokens x value heads) still keeps the chunk-local ones (about what FLA's
-            GLA keeps), and the backward recomputes only the states.
+            chunk states included. Without it a training call on CUDA (Hopper, 16-bit, K = 128)
+            still keeps the chunk-local ones (about what FLA's GLA keeps), and the backward
+            recomputes only the states.
         return_intermediate_states: (linattn extra) also return the states ``h`` before each
             64-token chunk (no gradient), in k's dtype or ``intermediate_states_dtype``.
         backward_precision: (linattn extra) the CUDA backward's compute form,

@@ -581,6 +581,8 @@ struct SavedRun {
   std::optional<double> bwd_scale;    // a backward for another problem (another scale)
   bool chunk_local = false;           // Options::keep_chunk_local instead of disable_recompute
   std::optional<bool> bwd_chunk_local;  // the backward's keep_chunk_local (default: the forward's)
+  bool zero_header = false;           // overwrite the header with zeros
+  bool as_filled = false;             // BackwardInputs::saved_as_filled (the header is not read)
 };
 
 // Public API: forward with out.saved (o and the final state come back in *o, *ht), then the
@@ -619,7 +621,9 @@ Status run_saved(const Case& c, const Inputs& x, const SavedRun& how, Grads* g, 
   download(fo.o, *o);
   download(fo.final_state, *ht);
   if (how.zero_body) cudaMemset(static_cast<unsigned char*>(saved.p) + 256, 0, nsaved - 256);
+  if (how.zero_header) cudaMemset(saved.p, 0, 256);
   in.saved = sv;
+  in.saved_as_filled = how.as_filled;
   Options bopt = with_path(make_options(c), how.bwd_path);
   if (how.bwd_scale) bopt.scale = *how.bwd_scale;
   bopt.keep_chunk_local = how.bwd_chunk_local.value_or(how.chunk_local);
@@ -792,6 +796,39 @@ TEST(CudaBackward, SmallSavedIsReadAndChecked) {
   EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
   EXPECT_NE(s.message.find("backward form"), std::string::npos) << s.message;
   untouched(g);
+}
+
+// BackwardInputs::saved_as_filled (the autograd path's own buffer): the header is not read back
+// (no stream sync), so a zeroed header passes and the gradients are bitwise the checked run's;
+// without the flag the same buffer is refused with nothing written. The size is still checked.
+TEST(CudaBackward, SmallSavedAsFilledSkipsTheHeaderRead) {
+  SKIP_WITHOUT_GPU();
+  for (const Case& c : {saved_cases()[0], saved_cases()[1]}) {
+    const Inputs x = make_inputs(c, /*backward=*/true);
+    Grads checked, trusted, refused;
+    HostTensor o, ht;
+    ASSERT_TRUE(run_saved(c, x, SavedRun{}, &checked, &o, &ht).ok());
+    SavedRun t;
+    t.zero_header = true;
+    t.as_filled = true;
+    Status s = run_saved(c, x, t, &trusted, &o, &ht);
+    ASSERT_TRUE(s.ok()) << s.message;
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!checked.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(checked.at(i)->bytes.data(), trusted.at(i)->bytes.data(), checked.at(i)->bytes.size()))
+          << kGradNames[i] << " differs with saved_as_filled";
+    }
+    SavedRun r;
+    r.zero_header = true;
+    s = run_saved(c, x, r, &refused, &o, &ht);
+    EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
+    Grads poisoned = make_grads(c, x, false);
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!poisoned.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(refused.at(i)->bytes.data(), poisoned.at(i)->bytes.data(), poisoned.at(i)->bytes.size()))
+          << kGradNames[i] << " was written";
+    }
+  }
 }
 
 // Rules checked before any device work (these run without a GPU too): the views below point at
@@ -1196,6 +1233,17 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
       if (!rec.at(i)->present()) continue;
       EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), kept.at(i)->bytes.data(), rec.at(i)->bytes.size()))
           << kGradNames[i] << " differs from the recomputing backward";
+    }
+    {  // as Python's autograd path calls it: saved_as_filled (the header is not read back)
+      SavedRun filled = how;
+      filled.as_filled = true;
+      Grads g2;
+      ASSERT_TRUE(run_saved(c, x, filled, &g2, &o, &ht).ok());
+      for (int i = 0; i < kNumGrads; ++i) {
+        if (!rec.at(i)->present()) continue;
+        EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), g2.at(i)->bytes.data(), rec.at(i)->bytes.size()))
+            << kGradNames[i] << " differs with saved_as_filled";
+      }
     }
     // a backward without keep_chunk_local refuses the buffer, writing nothing
     Grads other;

@@ -168,3 +168,44 @@ def test_compile_varlen_disable_recompute_backward():
     comp = grads(torch.compile(f, fullgraph=True, backend="aot_eager"))
     for a, b in zip(eager, comp):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("disable_recompute", [False, True])
+def test_eager_path_equals_operator_path(monkeypatch, disable_recompute):
+    """Plain eager calls skip torch.library's dispatch (_torch_ops._plain_eager): the same
+    implementation, setup_context and backward as torch.ops.linattn.chunk_fwd, so the outputs and
+    every gradient are bitwise those of the operator path; a TorchDispatchMode (as tracers use)
+    takes the operator path."""
+    from linattn import _torch_ops
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.manual_seed(0)
+    model = TinyKDA()
+    x = torch.randn(2, 40, 32)
+    h0 = torch.randn(2, 2, 16, 16) * 0.1
+    calls = {"op": 0}
+    real = _torch_ops._plain_eager
+
+    def counted(args):
+        r = real(args)
+        calls["op"] += 0 if r else 1
+        return r
+
+    monkeypatch.setattr(_torch_ops, "_plain_eager", counted)
+    eager = _run(model, x, h0, disable_recompute=disable_recompute)
+    assert calls["op"] == 0
+    monkeypatch.setattr(_torch_ops, "_plain_eager", lambda args: False)
+    op = _run(model, x, h0, disable_recompute=disable_recompute)
+    for a, b in zip(eager[:3] + tuple(eager[3]), op[:3] + tuple(op[3])):
+        assert torch.equal(a, b)
+    monkeypatch.setattr(_torch_ops, "_plain_eager", counted)
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        moded = _run(model, x, h0, disable_recompute=disable_recompute)
+    assert calls["op"] > 0
+    for a, b in zip(eager[:3] + tuple(eager[3]), moded[:3] + tuple(moded[3])):
+        assert torch.equal(a, b)

@@ -137,7 +137,6 @@ def test_gla_training_keeps_chunk_local(monkeypatch, kw, dtype):
     runs = []
     for keep in (False, True):
         monkeypatch.setattr(_torch_ops, "KEEP_CHUNK_LOCAL", keep)
-        monkeypatch.setattr(_torch_ops, "KEEP_CHUNK_LOCAL_MIN_TOKEN_HEADS", 0)
         tc = {n: (x.cuda() if n == "cu_seqlens" else x.cuda().requires_grad_()) for n, x in t.items()}
         o, ht = _call("gla", tc, opts, output_final_state=True, **extra)
         if do is None:

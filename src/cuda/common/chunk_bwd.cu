@@ -1173,7 +1173,8 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
   if (from_saved) {
     // header first: a buffer written under another backward form has another size, the header says which
-    if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
+    if (!in.saved_as_filled)  // the caller's word that saved is the forward's, unchanged: no stream sync
+      if (Status hs = host::check_saved_header(p, saved_form, in.saved.data, st); !hs.ok()) return hs;
     if (saved_have < saved_want) return saved_size_error();
   }
   // the token replay or the chunked form, then the shared finish

@@ -346,7 +346,7 @@ __device__ __forceinline__ void produce_wide(const bwd::DhParams& p, Smem& sm, c
 // DhConsumer. INIT: it initialises its ring's barriers (the block's last __syncthreads); a kernel
 // that runs it beside another chain (ct.wg, ct.tid relative to this chain's two warpgroups)
 // initialises every ring itself first.
-template <class T, bool DELTA, DhForm FORM, int STAGES, bool INIT = true>
+template <class T, bool DELTA, DhForm FORM, int STAGES, bool INIT = true, int ROLE = -1>
 __device__ __forceinline__ void dh_chain(const bwd::DhParams& p,
                                          DhSmem<typename DhConsumer<T, DELTA, FORM>::E, DELTA, FORM, STAGES>& sm,
                                          const ChainTile& ct) {
@@ -360,7 +360,8 @@ __device__ __forceinline__ void dh_chain(const bwd::DhParams& p,
   using Bar = cutlass::arch::ClusterBarrier;
   if constexpr (INIT) init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
-  if (wg == 0) {
+  // ROLE 0 / 1: only the producer's / the consumer's code (setmaxnreg per role); -1: by warpgroup
+  if (ROLE == 0 || (ROLE < 0 && wg == 0)) {
     if constexpr (kWide) produce_wide<DELTA, STAGES>(p, sm, si, nch, hv, v0, tid);
     else produce_stages<T, DELTA, FORM == DhForm::kSplit, STAGES>(p, sm, si, nch, hv, v0, tid);
     return;

@@ -46,7 +46,7 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 // last __syncthreads; a transition nobody needs returns before, the whole CTA); a kernel that runs
 // it beside another chain (ct.wg, ct.tid relative to this chain's two warpgroups) initialises
 // every ring itself first.
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT, bool INIT = true>
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT, bool INIT = true, int ROLE = -1>
 __device__ __forceinline__ void recurrence_chain(
     const StateParams& p,
     RecurrenceSmem<typename RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>::E, DELTA, STAGES, OUT>& sm,
@@ -68,7 +68,9 @@ __device__ __forceinline__ void recurrence_chain(
   using Bar = cutlass::arch::ClusterBarrier;
   if constexpr (INIT) init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
-  if (wg == 0) {  // the producer: stage ci as soon as the consumer has released its buffer
+  // ROLE 0 / 1: only the producer's / the consumer's code (a kernel that sets each role's registers
+  // with setmaxnreg); -1: the warpgroup picks
+  if (ROLE == 0 || (ROLE < 0 && wg == 0)) {  // the producer: stage ci as soon as the consumer has released its buffer
     const bool vrows = !DELTA && p.v_raw != nullptr;
     for (int ci = 0; ci < nch; ++ci) {
       if (ci >= STAGES) Bar::wait(&sm.empty[ci % STAGES], ((ci / STAGES) - 1) & 1);

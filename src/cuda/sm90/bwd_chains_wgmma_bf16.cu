@@ -1,4 +1,4 @@
-// The backward's two chains in one kernel, bfloat16 (bwd_chains_wgmma.cuh). Not yet wired.
+// The backward's two chains in one kernel, bfloat16 (bwd_chains_wgmma.cuh).
 #include "cuda/sm90/bwd_chains_wgmma.cuh"
 
 namespace linattn::cuda::bwd {

@@ -5,7 +5,8 @@
 // here four warpgroups interleave them: 0 and 1 the recompute's producer and consumer, 2 and 3
 // pass 1's. Registers by setmaxnreg: producers 72, consumers 184 (2 x 128 x (72 + 184) = 64 K; ptxas: no spills, no wgmma serialisation; 40 / 216 and 56 / 200 spill).
 // Shared memory: both rings at two stages, 161 KB (GLA); the delta rule's would not fit.
-// NOT YET WIRED: built in session 31 for session 32 (.device/NEXT_s32.md).
+// Launched by the chunked backward where bwd::bwd_chains_apply holds (built in session 31, not yet
+// run on a GPU: .device/NEXT_s32.md).
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>

@@ -45,6 +45,9 @@ struct Problem {
   // algorithm kept as the tests' oracle for the chunked backward) instead. Set only by
   // linattn::testing (common/testing.hpp).
   bool token_replay = false;
+  // Test hook, never set by the public API: the backward's state recompute and pass 1 run as two
+  // kernels even where one kernel runs both chains (cuda::bwd::bwd_chains_apply).
+  bool separate_chains = false;
 
   BetaTransform beta_tf;  // identity unless use_beta_sigmoid_in_kernel
   GateTransform gate_tf;  // identity unless use_gate_in_kernel

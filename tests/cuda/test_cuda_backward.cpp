@@ -27,7 +27,8 @@ namespace {
 
 // Runs the CUDA backward on `path` (cuda::backward_kda_gdn, or the public API when `api`; the token
 // replay is not public: api needs another path).
-Status run_cuda(const Case& c, const Inputs& x, Grads* g, bool api = false, BwdPath path = BwdPath::kAuto) {
+Status run_cuda(const Case& c, const Inputs& x, Grads* g, bool api = false, BwdPath path = BwdPath::kAuto,
+                bool separate_chains = false) {
   std::vector<DevBuf> keep;
   keep.reserve(32);
   *g = make_grads(c, x, false);
@@ -49,6 +50,7 @@ Status run_cuda(const Case& c, const Inputs& x, Grads* g, bool api = false, BwdP
     s = detail::resolve_backward(c.fam, in, out, opt, &p);
     if (!s.ok()) return s;
     p.token_replay = path == BwdPath::kTokenReplay;
+    p.separate_chains = separate_chains;
     const std::size_t bytes = cuda::backward_kda_gdn_workspace_bytes(p);
     if (bytes == 0) return Status::Unsupported("backward_kda_gdn: unsupported");
     DevBuf ws(bytes);
@@ -827,6 +829,34 @@ TEST(CudaBackward, SmallSavedAsFilledSkipsTheHeaderRead) {
       if (!poisoned.at(i)->present()) continue;
       EXPECT_EQ(0, std::memcmp(refused.at(i)->bytes.data(), poisoned.at(i)->bytes.data(), poisoned.at(i)->bytes.size()))
           << kGradNames[i] << " was written";
+    }
+  }
+}
+
+// Without the delta rule on Hopper (16-bit, K = 128) the state recompute and pass 1 run in one
+// kernel, their chains interleaved in each CTA (bwd_chains_apply): every gradient bitwise that of
+// the two kernels run apart (Problem::separate_chains); the suite's other GLA / simple GLA tests
+// check the one kernel against float64 where it applies.
+TEST(CudaBackward, NoDeltaChainsInOneKernelMatchTwo) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Case> cases;
+  { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.B = 2; c.T = 150; c.h0 = true; c.dht = true;
+    cases.push_back(c); }
+  { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.T = 300; c.cu = {0, 1, 1, 130, 300}; c.h0 = true;
+    c.dht = true; cases.push_back(c); }
+  { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat16; c.K = 128; c.V = 128; c.H = 1; c.HV = 2; c.T = 97;
+    c.v_first = true; c.dht = true; cases.push_back(c); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.K = 128; c.V = 128; c.T = 200; c.h0 = true; cases.push_back(c); }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name());
+    const Inputs x = make_inputs(c, /*backward=*/true);
+    Grads one, two;
+    ASSERT_TRUE(run_cuda(c, x, &one).ok());
+    ASSERT_TRUE(run_cuda(c, x, &two, false, BwdPath::kAuto, /*separate_chains=*/true).ok());
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!one.at(i)->present()) continue;
+      EXPECT_EQ(0, std::memcmp(one.at(i)->bytes.data(), two.at(i)->bytes.data(), one.at(i)->bytes.size()))
+          << kGradNames[i] << " differs between one kernel and two";
     }
   }
 }

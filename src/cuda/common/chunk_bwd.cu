@@ -671,8 +671,17 @@ int in_dt_of(const detail::Problem& p, int cdt) {
 // gets a "state" mark between the two.
 // prep false: chunk_prep's outputs are given (a chunk-local saved buffer, GLA); the state pass
 // must then read the v rows (no U is written).
+// deferred (the backward): where the state pass is the one bwd_chains_apply may fuse with pass 1
+// (the recompute reading the v rows), its parameters and shared memory go there and it does not
+// launch; the caller launches it, alone or with pass 1.
+struct DeferredState {
+  bool set = false;
+  kern::StateParams sp{};
+  int smem = 0;
+};
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const FrontBufs& b,
-                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr, bool prep = true) {
+                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr, bool prep = true,
+                 DeferredState* deferred = nullptr) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
   kern::StateParams sp{};
@@ -743,6 +752,12 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     if (timer) timer->mark("state", st);
   }
   if (p.N > 0) {
+    if (deferred && !p.delta && sp.U == nullptr && sp.v_raw != nullptr) {
+      deferred->set = true;
+      deferred->sp = sp;
+      deferred->smem = static_cast<int>(sg.smem);
+      return Status::Ok();
+    }
     e = kern::launch_state(cdt, sp, static_cast<int>(sg.smem), st);
     if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
   }
@@ -888,10 +903,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     if (timer) timer->mark(next, st);
   };
   const bool local = kind == SavedKind::kChunkLocal;
+  DeferredState deferred;  // the state pass, where it may run in one kernel with pass 1
   mark(from_saved ? "pass1" : local ? "state" : "prep");
   if (!from_saved) {
     // ---- recompute the forward's chunk intermediates (unless given), plus M⁻¹, h and V_new (no output)
-    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, local ? nullptr : timer, !local); !fs.ok())
+    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, local ? nullptr : timer, !local, &deferred);
+        !fs.ok())
       return fs;
     mark("pass1");
   }
@@ -923,10 +940,15 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       dp.KgT_lo = fb.KgT_lo;
       dp.dN_lo = base + pl.dN_lo;
     }
+    const bool chains = deferred.set && !p.separate_chains && bwd_chains_apply(cdt, deferred.sp, dp);
+    if (deferred.set && !chains) {  // the state pass alone first
+      e = kern::launch_state(cdt, deferred.sp, deferred.smem, st);
+      if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
+    }
     if (dh_wgmma_applies(cdt, dp)) {
       // no delta rule, 16-bit compute (the caller's dtype): pass 1 writes dv itself (dN is dv)
       if (!p.delta && cdt == dt && out.dv.present()) dp.dv = out.dv.data;
-      e = launch_dh_wgmma(cdt, dp, st);
+      e = chains ? launch_bwd_chains(cdt, deferred.sp, dp, st) : launch_dh_wgmma(cdt, dp, st);
     } else {
       const config::Staged sg = config::dh_stages(cdt, K, pl.split);
       if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};

@@ -208,5 +208,9 @@ cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 // the rest (float32 and float16 inputs computing in float32, other head sizes, other GPUs).
 bool dh_wgmma_applies(int dtype, const DhParams& p);
 cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
+// The recompute (state pass reading the v rows, no delta rule, 16-bit) and pass 1 in one kernel,
+// interleaved in each CTA (sm90/bwd_chains_wgmma.cuh): where both apply to these parameters.
+bool bwd_chains_apply(int dtype, const kern::StateParams& sp, const DhParams& dp);
+cudaError_t launch_bwd_chains(int dtype, const kern::StateParams& sp, const DhParams& dp, cudaStream_t s);
 
 }  // namespace linattn::cuda::bwd

@@ -341,27 +341,27 @@ __device__ __forceinline__ void produce_wide(const bwd::DhParams& p, Smem& sm, c
   }
 }
 
-// One CTA per (sequence n, value head, V tile): warpgroup 0 stages chunks last to first
-// (produce_stages, or produce_wide for kWide, whose STAGES are half-stage slots), warpgroup 1 runs
-// DhConsumer.
-template <class T, bool DELTA, DhForm FORM, int STAGES>
-__global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const bwd::DhParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The dh chain of one (sequence n, value head, V tile): warpgroup ct.wg 0 stages chunks last to
+// first (produce_stages, or produce_wide for kWide, whose STAGES are half-stage slots), 1 runs
+// DhConsumer. INIT: it initialises its ring's barriers (the block's last __syncthreads); a kernel
+// that runs it beside another chain (ct.wg, ct.tid relative to this chain's two warpgroups)
+// initialises every ring itself first.
+template <class T, bool DELTA, DhForm FORM, int STAGES, bool INIT = true, int ROLE = -1>
+__device__ __forceinline__ void dh_chain(const bwd::DhParams& p,
+                                         DhSmem<typename DhConsumer<T, DELTA, FORM>::E, DELTA, FORM, STAGES>& sm,
+                                         const ChainTile& ct) {
   constexpr bool kWide = FORM == DhForm::kWide;
   static_assert(!kWide || std::is_same_v<T, __nv_bfloat16>, "the float32 form splits into bfloat16");
   using Consumer = DhConsumer<T, DELTA, FORM>;
   using E = typename Consumer::E;
-  using Smem = DhSmem<E, DELTA, FORM, STAGES>;
-  extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
-  const ChainTile ct = ChainTile::get(p.seqs);
   const int v0 = ct.v0, hv = ct.hv, n = ct.n, wg = ct.wg, tid = ct.tid, nch = ct.nch;
   const SeqInfo si = ct.si;
   using Bar = cutlass::arch::ClusterBarrier;
-  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
+  if constexpr (INIT) init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
-  if (wg == 0) {
+  // ROLE 0 / 1: only the producer's / the consumer's code (setmaxnreg per role); -1: by warpgroup
+  if (ROLE == 0 || (ROLE < 0 && wg == 0)) {
     if constexpr (kWide) produce_wide<DELTA, STAGES>(p, sm, si, nch, hv, v0, tid);
     else produce_stages<T, DELTA, FORM == DhForm::kSplit, STAGES>(p, sm, si, nch, hv, v0, tid);
     return;
@@ -404,6 +404,16 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const b
     }
   }
   cons.store(p, n, hv, v0);
+}
+
+// One CTA per (sequence n, value head, V tile): dh_chain on its two warpgroups.
+template <class T, bool DELTA, DhForm FORM, int STAGES>
+__global__ void __launch_bounds__(2 * kThreads, 1) chunk_dh_wgmma_kernel(const bwd::DhParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Smem = DhSmem<typename DhConsumer<T, DELTA, FORM>::E, DELTA, FORM, STAGES>;
+  extern __shared__ unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
+  dh_chain<T, DELTA, FORM, STAGES>(p, sm, ChainTile::get(p.seqs));
 #endif
 }
 

@@ -123,4 +123,19 @@ cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s) {
   return dtype == 0 ? launch_dh_wgmma_fp16(p, s) : launch_dh_wgmma_bf16(p, s);
 }
 
+cudaError_t launch_bwd_chains_bf16(const kern::StateParams& sp, const DhParams& dp, cudaStream_t s);
+cudaError_t launch_bwd_chains_fp16(const kern::StateParams& sp, const DhParams& dp, cudaStream_t s);
+
+bool bwd_chains_apply(int dtype, const kern::StateParams& sp, const DhParams& dp) {
+  return (dtype == 0 || dtype == 1) && !sp.delta && !dp.delta && sp.U == nullptr && sp.v_raw != nullptr &&
+         sp.h != nullptr && sp.o == nullptr && sp.hs == nullptr && sp.U_lo == nullptr && sp.q_raw == nullptr &&
+         dp.d_o_dt < 0 && dp.KgT_lo == nullptr && dp.dN_lo == nullptr && sp.seqs == dp.seqs && sp.N == dp.N &&
+         sp.HV == dp.HV && sp.V == dp.V && sp.K == 128 && dp.K == 128 && kern::recurrence_wgmma_applies(dtype, sp) &&
+         dh_wgmma_applies(dtype, dp);
+}
+
+cudaError_t launch_bwd_chains(int dtype, const kern::StateParams& sp, const DhParams& dp, cudaStream_t s) {
+  return dtype == 0 ? launch_bwd_chains_fp16(sp, dp, s) : launch_bwd_chains_bf16(sp, dp, s);
+}
+
 }  // namespace linattn::cuda::bwd

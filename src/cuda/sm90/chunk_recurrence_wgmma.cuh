@@ -41,19 +41,21 @@ cudaError_t launch_chunk_heads(Kernel kernel, int smem, const PrepParams& p, cud
 // (StateParams::h, vnew, vnew_lo), no O. kSaved (a forward that fills a saved buffer): the same
 // writes and O.
 // SPLIT: the recompute's split form (U_lo staged, V_new's low half written), compile-time.
-template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT>
-__global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The state chain of one (map entry, value head, V tile): warpgroup ct.wg 0 copies (the
+// producer), 1 runs the pass (the consumer). INIT: it initialises its ring's barriers (the block's
+// last __syncthreads; a transition nobody needs returns before, the whole CTA); a kernel that runs
+// it beside another chain (ct.wg, ct.tid relative to this chain's two warpgroups) initialises
+// every ring itself first.
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT, bool INIT = true, int ROLE = -1>
+__device__ __forceinline__ void recurrence_chain(
+    const StateParams& p,
+    RecurrenceSmem<typename RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>::E, DELTA, STAGES, OUT>& sm,
+    const ChainTile& ct) {
   constexpr bool TRANS = OUT == PassOut::kTransition;
   constexpr bool kO = writes_o(OUT), kRe = writes_recompute(OUT);
   static_assert(!RAW || !kRe, "the recompute reads Qg / KgT");
   using Consumer = RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>;
-  using Smem = RecurrenceSmem<typename Consumer::E, DELTA, STAGES, OUT>;
-  extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const int V = p.V, HV = p.HV;
-  // warpgroup 0 copies (the producer), warpgroup 1 runs the pass (the consumer)
-  const ChainTile ct = ChainTile::get(p.seqs);
   const int v0 = ct.v0, hv = ct.hv, n = ct.n, wg = ct.wg, tid = ct.tid;
   const SeqInfo si = ct.si;
   const bool last = n + 1 == p.N || p.seqs[n + 1].seq != si.seq;  // the entry that ends its sequence
@@ -64,9 +66,11 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
   const int nch = (si.len + kC - 1) / kC;  // = ct.nch; formed past the early return (its SASS as before)
   const int hk = hv / p.G;
   using Bar = cutlass::arch::ClusterBarrier;
-  init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
+  if constexpr (INIT) init_ring_barriers(sm.full, sm.empty);  // the block's last __syncthreads
 
-  if (wg == 0) {  // the producer: stage ci as soon as the consumer has released its buffer
+  // ROLE 0 / 1: only the producer's / the consumer's code (a kernel that sets each role's registers
+  // with setmaxnreg); -1: the warpgroup picks
+  if (ROLE == 0 || (ROLE < 0 && wg == 0)) {  // the producer: stage ci as soon as the consumer has released its buffer
     const bool vrows = !DELTA && p.v_raw != nullptr;
     for (int ci = 0; ci < nch; ++ci) {
       if (ci >= STAGES) Bar::wait(&sm.empty[ci % STAGES], ((ci / STAGES) - 1) & 1);
@@ -146,6 +150,15 @@ __global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel
     if (mtile) cons.store_map(p, si.seq, hv, v0 - V);
     else cons.store(p, si.seq, hv, v0);
   }
+}
+
+template <class T, bool DELTA, bool RAW, int STAGES, PassOut OUT, bool SPLIT>
+__global__ void __launch_bounds__(2 * kThreads, 1) chunk_recurrence_wgmma_kernel(const StateParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Smem = RecurrenceSmem<typename RecurrenceConsumer<T, DELTA, RAW, OUT, SPLIT>::E, DELTA, STAGES, OUT>;
+  extern __shared__ unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
+  recurrence_chain<T, DELTA, RAW, STAGES, OUT, SPLIT>(p, sm, ChainTile::get(p.seqs));
 #endif
 }
 

@@ -489,6 +489,9 @@ struct ChunkPlan {
   std::size_t dN_lo = kNone, dY_lo = kNone;
   bool f32 = false, split = false, from_saved = false;
   bool dqk_direct = false, dg_direct = false;  // no pq / pk, no pg (pass 2 writes dq, dk / dg)
+  // h in the compute type (StateParams::h_dt): without the delta rule, 16-bit compute and v_first
+  // 0, pass 2 reads h only as its 16-bit S operand (WyParams::h16), so the recompute writes that.
+  bool h16 = false;
   int KG = 1;
   int64_t tokens = 0;
   ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
@@ -538,7 +541,10 @@ struct ChunkPlan {
       f.U = dY;
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
-      f.h = o; o = align_up(o + nb * K * V * 4);
+      h16 = !p.delta && !f32 && !split && !p.opt.state_v_first;
+      f.h_dt = h16 ? dtype_code(p.dtype) : 2;
+      // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
+      f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));
       // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
       // Hopper state pass writes it regardless)
       if (p.delta || f32) { f.vnew = o; o = align_up(o + nb * kC * V * es); }
@@ -624,7 +630,8 @@ struct FrontBufs {
   const kern::ChunkInfo* chunks = nullptr;
   void *W = nullptr, *U = nullptr, *Qg = nullptr, *KgT = nullptr, *Aqk = nullptr, *Ainv = nullptr;
   float* gexp = nullptr;
-  float* h = nullptr;  // float32 chunk-start states
+  void* h = nullptr;  // the chunk-start states, float32 or (h_dt) the compute type
+  int h_dt = 2;
   void* vnew = nullptr;
   void *U_lo = nullptr, *KgT_lo = nullptr, *vnew_lo = nullptr;  // split form
 };
@@ -641,7 +648,8 @@ FrontBufs front_bufs(unsigned char* region, const FrontOffsets& o, const unsigne
   b.Aqk = at(o.Aqk);
   b.Ainv = at(o.Ainv);
   b.gexp = static_cast<float*>(at(o.gexp));
-  b.h = static_cast<float*>(at(o.h));
+  b.h = at(o.h);
+  b.h_dt = o.h_dt;
   b.vnew = at(o.vnew);
   b.U_lo = at(o.U_lo);
   b.KgT_lo = at(o.KgT_lo);
@@ -698,7 +706,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   sp.ht = fo.ht;
   sp.ht_dt = fo.ht_dt;
   sp.h = b.h;
-  sp.h_dt = 2;
+  sp.h_dt = b.h_dt;
   sp.o = fo.o;
   sp.o_dt = fo.o_dt;
   sp.hs = fo.hs;
@@ -988,6 +996,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.vnew = fb.vnew;
     wp.h = fb.h;
     wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
+    wp.h16 = fb.h_dt != 2 ? 1 : 0;
     wp.dh = base + pl.dh;
     wp.dN = base + pl.dN;
     wp.dY = base + pl.dY;
@@ -1271,7 +1280,7 @@ Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, 
       e = cudaMemcpyAsync(out.h.data, fb.h, static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, st);
     } else {
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-      widen_states_kernel<<<blocks, 256, 0, st>>>(fb.h, static_cast<double*>(out.h.data), n);
+      widen_states_kernel<<<blocks, 256, 0, st>>>(static_cast<const float*>(fb.h), static_cast<double*>(out.h.data), n);
       e = cudaGetLastError();
     }
     if (e != cudaSuccess) return cuda_error("copying h", e);

@@ -159,8 +159,9 @@ struct WyParams {
   WyGate gate;
   const void* Ainv;  // [blocks][64][64]
   const void* vnew;  // [blocks][64][V]
-  const float* h;    // [blocks][K][V] ([V][K] when h_vfirst)
+  const void* h;     // [blocks][K][V] float32 ([V][K] when h_vfirst), or the compute type (h16)
   int h_vfirst;
+  int h16;           // h in the compute type, [K][V] (16-bit compute without the delta rule only)
   const void* dh;    // [blocks][K][V], compute type (DhParams::dh)
   const void* dN;    // [blocks][64][V]
   void* dY;          // scratch [blocks][64][V]

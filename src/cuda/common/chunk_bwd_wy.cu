@@ -784,7 +784,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   T* Slo = vtile(5);  // S − hi(S): dX = −dY Sᵀ at ~float32 accuracy in S (16-bit types)
   Nlos = vtile(6);
   T* dYlos = vtile(7);
-  const float* hg = p.h + blk * K * V;
+  const float* hg = static_cast<const float*>(p.h) + blk * K * V;
+  const T* hsg = static_cast<const T*>(p.h) + blk * K * V;  // h16
   const T* dhg = static_cast<const T*>(p.dh) + blk * K * V;
   const T* dYr = dYg;
   float* hf = reinterpret_cast<float*>(vtile(4));  // kStageH: h's 64 x kVB block as stored
@@ -857,19 +858,25 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       if constexpr (kStageH) {  // h and dS⁺ by cp.async; S and the rowsum from shared memory
         kern::tile_copy<T, 64, kVB, kThreads>(dSs, ldb, dhg + static_cast<int64_t>(c0) * V + v0, V, tid);
-        if (p.h_vfirst) kern::tile_copy<float, kVB, 64, kThreads>(hf, ldh, hg + static_cast<int64_t>(v0) * K + c0, K, tid);
+        if (p.h16) kern::tile_copy<T, 64, kVB, kThreads>(Ss, ldb, hsg + static_cast<int64_t>(c0) * V + v0, V, tid);
+        else if (p.h_vfirst) kern::tile_copy<float, kVB, 64, kThreads>(hf, ldh, hg + static_cast<int64_t>(v0) * K + c0, K, tid);
         else kern::tile_copy<float, 64, kVB, kThreads>(hf, ldh, hg + static_cast<int64_t>(c0) * V + v0, V, tid);
         land();
         __syncthreads();
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;
+        if (p.h16) {  // S arrived as the 16-bit operand itself: the rowsum alone
 #pragma unroll
-        for (int m = 0; m < NV; m += 2) {
-          const int va = vq + m;
-          const float s0 = p.h_vfirst ? hf[va * ldh + ch] : hf[ch * ldh + va];
-          const float s1 = p.h_vfirst ? hf[(va + 1) * ldh + ch] : hf[ch * ldh + va + 1];
-          rs += s0 * to_f(dSs[ch * ldb + va]) + s1 * to_f(dSs[ch * ldb + va + 1]);
-          store2<T>(Ss + ch * ldb + va, s0, s1);
+          for (int m = 0; m < NV; ++m) rs += to_f(Ss[ch * ldb + vq + m]) * to_f(dSs[ch * ldb + vq + m]);
+        } else {
+#pragma unroll
+          for (int m = 0; m < NV; m += 2) {
+            const int va = vq + m;
+            const float s0 = p.h_vfirst ? hf[va * ldh + ch] : hf[ch * ldh + va];
+            const float s1 = p.h_vfirst ? hf[(va + 1) * ldh + ch] : hf[ch * ldh + va + 1];
+            rs += s0 * to_f(dSs[ch * ldb + va]) + s1 * to_f(dSs[ch * ldb + va + 1]);
+            store2<T>(Ss + ch * ldb + va, s0, s1);
+          }
         }
       } else {
         constexpr int NV = kVB / 4;  // this thread's columns of row ch

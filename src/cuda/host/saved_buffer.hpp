@@ -26,6 +26,7 @@ struct FrontOffsets {
   static constexpr std::size_t kNone = ~std::size_t{0};
   std::size_t W = kNone, U = kNone, Qg = kNone, KgT = kNone, Aqk = kNone, Ainv = kNone, gexp = kNone, h = kNone,
               vnew = kNone, U_lo = kNone, KgT_lo = kNone, vnew_lo = kNone;
+  int h_dt = 2;  // h's element type: float32, or the compute type's code (the backward's own, ChunkPlan)
 };
 
 // The saved buffer's layout for problem p in compute form `compute` (total: saved_bytes()). With

@@ -52,7 +52,9 @@ bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
     // (not a plain forward that returns its chunk states: o and h without vnew, which the saving
     // forward always has); without the delta rule V_new = V may come from the v rows (v_raw)
     // instead of U
-    const bool common = p.h_dt == 2 && (p.vnew != nullptr || (!p.delta && p.o == nullptr)) && p.trans == nullptr &&
+    // h in float32, or (the recompute without the delta rule) in the compute type, K-major
+    const bool h16 = p.h_dt == dtype && dtype != 2 && !p.delta && p.o == nullptr && !p.v_first;
+    const bool common = (p.h_dt == 2 || h16) && (p.vnew != nullptr || (!p.delta && p.o == nullptr)) && p.trans == nullptr &&
                         p.q_raw == nullptr && (p.v_raw == nullptr || !p.delta);
     if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh),
                      // a saving forward's O then from hs by the output kernel

@@ -128,11 +128,13 @@ __device__ __forceinline__ void recurrence_chain(
     cutlass::arch::fence_view_async_shared();  // the producer's cp.async data -> this thread's wgmmas
     if constexpr (kRe) {
       const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
+      const bool h16 = p.h_dt != 2;  // the compute type, [K][V] (recurrence_wgmma_applies)
       const typename Consumer::RecomputeOut ro{
-          static_cast<float*>(p.h) + blk * kK * V + state_index<kK>(V, p.v_first, 0, v0),
+          h16 ? nullptr : static_cast<float*>(p.h) + blk * kK * V + state_index<kK>(V, p.v_first, 0, v0),
           DELTA || p.vnew ? static_cast<T*>(p.vnew) + blk * kC * V + v0 : nullptr,  // always with the delta rule
           p.vnew_lo ? static_cast<T*>(p.vnew_lo) + blk * kC * V + v0 : nullptr,
-          p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first};
+          p.hs ? static_cast<T*>(p.hs) + (blk * V + v0) * kK : nullptr, V, p.v_first,
+          h16 ? static_cast<T*>(p.h) + blk * kK * V + v0 : nullptr};
       if constexpr (kO)
         cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride,
                    min(kC, si.len - ci * kC), false, &ro);

@@ -152,20 +152,23 @@ struct RecurrenceConsumer {
   // where vnew_lo is set (the split form: then U's low half is staged too).
   struct RecomputeOut {
     float* h;       // the state at (channel 0, column v0): + state_index<kK>(V, v_first, ch, column)
+                    // (null when h16 is set)
     T* vnew;        // row 0, column v0
     T* vnew_lo;     // null: not split
     T* hs;          // null, or the 16-bit state before the chunk at its row v0 ([V][K])
     int V, v_first;
+    T* h16;         // or the state in the compute type, [K][V] (row stride V), at (channel 0, column v0)
   };
 
   // A (V column, token) tile in the accumulators' order as token rows: pair(i) packs elements i and
   // i + 1; each 8x8 block is transposed in registers so that a lane holds two adjacent columns of
   // one token (4-byte stores, 16 bytes per 4 lanes); rows below Lc only; predicated, no branch.
-  template <class Pair>
+  // NB: the accumulator's 8-column blocks (kC / 8 for a token tile, kK / 8 for the state's channels).
+  template <int NB = kC / 8, class Pair>
   __device__ __forceinline__ void store_rows(Pair&& pair, T* row0, int64_t stride, int Lc) const {
     T* row = row0 + static_cast<int64_t>(g) * stride + 16 * warp + 2 * t;
 #pragma unroll
-    for (int nb = 0; nb < kC / 8; ++nb)
+    for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const uint32_t x = movmatrix_trans(pair(4 * nb + 2 * hh));
@@ -199,12 +202,18 @@ struct RecurrenceConsumer {
     static_assert(!SPLIT || (Stage::kLo && kRe), "the split form is the recompute's, with U's low half staged");
 
     acc_to_a(Sa, S);  // S before this chunk, 16-bit, as the A operand of W S and Qg S
-    if constexpr (kRe) {  // S before this chunk, float32
-      // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
-      const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
-      float* hb = ro->h + kern::state_index<kK>(ro->V, ro->v_first, 2 * t, 16 * warp + g);
+    if constexpr (kRe) {  // S before this chunk, float32 or (h16) in the compute type
+      if (ro->h16) {
+        // a channel's row of 16-bit columns: the 8x8 blocks transposed in registers (store_rows),
+        // two adjacent columns a lane
+        store_rows<kK / 8>([&](int i) { return raw_pair(Sa(i), Sa(i + 1)); }, ro->h16, ro->V, kK);
+      } else {
+        // element i at (channel 2t + 8 (i >> 2) + (i & 1), column 16 warp + g + 8 ((i >> 1) & 1))
+        const int64_t hc = ro->v_first ? 1 : ro->V, hv = ro->v_first ? kK : 1;  // a channel's, a column's step
+        float* hb = ro->h + kern::state_index<kK>(ro->V, ro->v_first, 2 * t, 16 * warp + g);
 #pragma unroll
-      for (int i = 0; i < size(S); ++i) hb[(8 * (i >> 2) + (i & 1)) * hc + 8 * ((i >> 1) & 1) * hv] = S(i);
+        for (int i = 0; i < size(S); ++i) hb[(8 * (i >> 2) + (i & 1)) * hc + 8 * ((i >> 1) & 1) * hv] = S(i);
+      }
       if (ro->hs) {  // for the output kernel of a forward that saves these (disable_recompute)
 #pragma unroll
         for (int i = 0; i < size(S); i += 2)

@@ -490,7 +490,8 @@ struct ChunkPlan {
   bool f32 = false, split = false, from_saved = false;
   bool dqk_direct = false, dg_direct = false;  // no pq / pk, no pg (pass 2 writes dq, dk / dg)
   // h in the compute type (StateParams::h_dt): without the delta rule, 16-bit compute and v_first
-  // 0, pass 2 reads h only as its 16-bit S operand (WyParams::h16), so the recompute writes that.
+  // 0, pass 2 reads h only as its 16-bit S operand (WyParams::h16), so the Hopper recompute writes
+  // that (the other state kernels store states in float32 or float64 only).
   bool h16 = false;
   int KG = 1;
   int64_t tokens = 0;
@@ -541,7 +542,8 @@ struct ChunkPlan {
       f.U = dY;
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
-      h16 = !p.delta && !f32 && !split && !p.opt.state_v_first;
+      h16 = !p.delta && !f32 && !split && !p.opt.state_v_first &&
+            kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(K), static_cast<int>(V));
       f.h_dt = h16 ? dtype_code(p.dtype) : 2;
       // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
       f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));

@@ -865,19 +865,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         __syncthreads();
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;
-        if (p.h16) {  // S arrived as the 16-bit operand itself: the rowsum alone
-#pragma unroll
-          for (int m = 0; m < NV; ++m) rs += to_f(Ss[ch * ldb + vq + m]) * to_f(dSs[ch * ldb + vq + m]);
-        } else {
+        if (!p.h16) {  // S from float32 h (h16: S arrived as the 16-bit operand itself)
 #pragma unroll
           for (int m = 0; m < NV; m += 2) {
             const int va = vq + m;
             const float s0 = p.h_vfirst ? hf[va * ldh + ch] : hf[ch * ldh + va];
             const float s1 = p.h_vfirst ? hf[(va + 1) * ldh + ch] : hf[ch * ldh + va + 1];
-            rs += s0 * to_f(dSs[ch * ldb + va]) + s1 * to_f(dSs[ch * ldb + va + 1]);
             store2<T>(Ss + ch * ldb + va, s0, s1);
           }
         }
+        // the rowsum from the 16-bit S either way (this thread's own stores, or landed above): a
+        // saved buffer's float32 h and the recompute's 16-bit h give the same bits
+#pragma unroll
+        for (int m = 0; m < NV; ++m) rs += to_f(Ss[ch * ldb + vq + m]) * to_f(dSs[ch * ldb + vq + m]);
       } else {
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;

@@ -234,7 +234,7 @@ template <class T, int K>
 __global__ void __launch_bounds__(kOutThreads) chunk_out_kernel(const StateParams p) {
   using Lay = OutLayout<T, K>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int V = p.V, HV = p.HV, nvt = V / kVO;
+  const int V = p.V, HV = p.HV;
   const auto bc = ChunkParallelScheduler<kVO>::block_coord(V);
   const int c = bc.c, v0 = bc.v0, hv = bc.hv;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -585,6 +585,8 @@ cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t
     // the forward's fused pass, a saving forward's (O in the pass), or no O
     if (e != cudaSuccess || !p.o || p.hs == nullptr) return e;
     wgmma = true;  // the float32 form's recompute with hs: the output kernel next
+  } else if (p.h && p.h_dt != 2 && p.h_dt != 3) {
+    return cudaErrorInvalidValue;  // 16-bit chunk states: the Hopper recompute's alone
   } else if (p.h && p.o && p.vnew && !p.hs) {
     // a saving forward (vnew set; a plain forward returning its chunk states has none) planned
     // without hs: O in the recompute's pass is the wgmma pass's alone

@@ -875,9 +875,17 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           }
         }
         // the rowsum from the 16-bit S either way (this thread's own stores, or landed above): a
-        // saved buffer's float32 h and the recompute's 16-bit h give the same bits
+        // saved buffer's float32 h and the recompute's 16-bit h give the same bits. 16-byte
+        // shared loads (rows of ldb = 72 elements: 16-byte aligned, conflict-free per 8 lanes).
+        static_assert(NV % 8 == 0 && (ldb * 2) % 16 == 0, "16-byte rows of S and dS+");
+        const uint4* s4 = reinterpret_cast<const uint4*>(Ss + ch * ldb + vq);
+        const uint4* d4 = reinterpret_cast<const uint4*>(dSs + ch * ldb + vq);
 #pragma unroll
-        for (int m = 0; m < NV; ++m) rs += to_f(Ss[ch * ldb + vq + m]) * to_f(dSs[ch * ldb + vq + m]);
+        for (int w = 0; w < NV / 8; ++w) {
+          const uint4 a = s4[w], b = d4[w];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) rs += vec_elem<T>(a, e) * vec_elem<T>(b, e);
+        }
       } else {
         constexpr int NV = kVB / 4;  // this thread's columns of row ch
         const int ch = tid >> 2, vq = (tid & 3) * NV;

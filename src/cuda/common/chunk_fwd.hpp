@@ -91,9 +91,9 @@ struct StateParams {
   int h0_dt;
   void* ht;
   int ht_dt;
-  // The state before each chunk (optional), in state_index's layout: float32 (h_dt 2), or a 16-bit
-  // h_dt (the backward's recompute without the delta rule in a 16-bit compute type, v_first 0:
-  // pass 2 reads it only as a 16-bit operand, so half the bytes; a forward's returned states).
+  // The state before each chunk (optional), in state_index's layout: float32 (h_dt 2; float64, 3,
+  // for a forward's returned states), or the 16-bit compute type (the backward's Hopper recompute
+  // without the delta rule, v_first 0: pass 2 reads it only as a 16-bit operand, half the bytes).
   void* h;
   int h_dt;
   void* o;  // null: O is not computed (the backward's recompute)

@@ -78,13 +78,13 @@ def read_ncu(path: str, kernel: str):
     return found, [(r[i_src], int(r[i_samp] or 0), int(r[i_exec] or 0)) for r in rows]
 
 
-def local_functions(obj: str, nvdisasm: str, cuobjdump: str):
+def local_functions(obj: str, nvdisasm: str, cuobjdump: str, outer: bool = False):
     """{mangled name: [(file, line) or None, instruction text] per instruction} from the object."""
     tmp = tempfile.mkdtemp(prefix="ncu-lines-")
     subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(obj)], cwd=tmp, check=True, capture_output=True)
     funcs = {}
     for cubin in sorted(x for x in os.listdir(tmp) if x.endswith(".cubin")):
-        out = subprocess.run([nvdisasm, "-g", "-c", os.path.join(tmp, cubin)], check=True, capture_output=True,
+        out = subprocess.run([nvdisasm, "-g"] + (["-gi"] if outer else []) + ["-c", os.path.join(tmp, cubin)], check=True, capture_output=True,
                              text=True).stdout
         cur_fn, cur_line = None, None
         for l in out.split("\n"):
@@ -127,6 +127,9 @@ def main() -> int:
     ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--outer", action="store_true",
+                    help="charge inlined helpers' instructions to the calling line of the kernel's own code "
+                         "(nvdisasm -gi: the outermost line of each inline chain)")
     ap.add_argument("--phases", default="",
                     help="FILE:LINE=name,LINE=name,...: also the stall and executed shares per phase of the "
                          "kernel, a phase running from its marker line of FILE to the next; instructions of "
@@ -134,7 +137,7 @@ def main() -> int:
     a = ap.parse_args()
 
     name, rows = read_ncu(a.sass_csv, a.kernel)
-    all_funcs = local_functions(a.object, a.nvdisasm, a.cuobjdump)
+    all_funcs = local_functions(a.object, a.nvdisasm, a.cuobjdump, a.outer)
     fn, mism = match_function(all_funcs, rows)
     funcs = all_funcs[fn]
     print(f"kernel (ncu): {name}\nlocal function: {fn}\ninstructions: {len(rows)}, opcode mismatches: {mism}")

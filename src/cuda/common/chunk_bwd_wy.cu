@@ -551,7 +551,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
   // ---- 0. β, l2 norms (over all K), the gate transform
   const WyGate& ga = p.gate;
   // The forward's gate transform (gate.cuh: kind and regularity decided once per block, the
-  // element loops branch-free), in its precise form, then the gate floor.
+  // element loops branch-free), then the gate floor: the fast transforms on 16-bit inputs (In), as
+  // the forward, the recompute and finish_gb's derivative take them, the precise ones otherwise.
   gate::HeadGate hgate;
   hgate.kind = ga.kind;
   hgate.has_alog = ga.kind != 0 && ga.has_alog;
@@ -573,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         const float dtb = use_dtb ? load_any(ga.dt_bias, ga.dtb_dt, hv) : 0.f;
         const float raw = ga.g ? load_any(ga.g, ga.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f;
         gate::with_head_gate(hgate, [&](auto kind, auto regular) {
-          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, false>(hgate, raw, dtb);
+          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, raw, dtb);
         });
       }
 #pragma unroll
@@ -591,15 +592,45 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
     float sq[kRows], sk[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) sq[r] = sk[r] = 0.f;
-#pragma unroll 2
-    for (int d = lane; d < K; d += 32) {
+    bool vec_done = false;
+    if constexpr (kIs16<In>) {
+      if (K == 128) {
+        // a lane's four consecutive channels of each row as one 8-byte load: the warp's sixteen
+        // rows in one round trip (2-byte loads took two, the kernel's start: ncu, session 33)
+        uint2 xq[kRows], xk[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int i = warp + (kThreads / 32) * r;
-        if (i < Lc) {
-          const float a = to_f(qbase[i * qk_row + d]), b = to_f(kbase[i * qk_row + d]);
-          sq[r] += a * a;
-          sk[r] += b * b;
+        for (int r = 0; r < kRows; ++r) {
+          const int i = warp + (kThreads / 32) * r;
+          xq[r] = xk[r] = make_uint2(0u, 0u);
+          if (i < Lc) {
+            xq[r] = *reinterpret_cast<const uint2*>(qbase + i * qk_row + 4 * lane);  // 16-byte aligned rows
+            xk[r] = *reinterpret_cast<const uint2*>(kbase + i * qk_row + 4 * lane);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const In* a = reinterpret_cast<const In*>(&xq[r]);
+          const In* b = reinterpret_cast<const In*>(&xk[r]);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            sq[r] += to_f(a[m]) * to_f(a[m]);
+            sk[r] += to_f(b[m]) * to_f(b[m]);
+          }
+        }
+        vec_done = true;
+      }
+    }
+    if (!vec_done) {
+#pragma unroll 2
+      for (int d = lane; d < K; d += 32) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int i = warp + (kThreads / 32) * r;
+          if (i < Lc) {
+            const float a = to_f(qbase[i * qk_row + d]), b = to_f(kbase[i * qk_row + d]);
+            sq[r] += a * a;
+            sk[r] += b * b;
+          }
         }
       }
     }
@@ -677,6 +708,9 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       tile64<T>(Ns, ld, Ng + v0, V);  // V_new: the state pass's rows
       tile_in<T, 64, 64, true>(dOs, ld, dObase + v0, v_row, Lc);
+      // v's rows for dβ's ⟨dY, v⟩, in the k tile (free until phase B): read from global memory
+      // element by element after the products, they were the phase's largest stall (ncu, session 33)
+      tile_in<T, 64, 64, true>(ks, ld, vbase + v0, v_row, Lc);
       land();
       __syncthreads();
       float y[1][4][4];
@@ -698,7 +732,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           if (i < Lc) {
             // dβ's ⟨dY, v⟩. It and ⟨dX, E k⟩ nearly cancel when v ≈ Sᵀ(E k), so both must see the
             // same dY: the rounded one, or in split mode the float one (dX then uses hi + lo)
-            const In* vr = vbase + i * v_row + v0 + vv;
+            const T* vr = ks + i * ld + vv;  // v exactly (the float32 form widens it)
             const float ya = split ? y0 : to_f(from_f<T>(y0)), yb = split ? y1 : to_f(from_f<T>(y1));
             dby[hh] += ya * to_f(vr[0]) + yb * to_f(vr[1]);
             const int64_t di = (static_cast<int64_t>(t0 + i) * HV + hv) * V + v0 + vv;
@@ -822,7 +856,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
         gate::with_head_gate(hgate, [&](auto kind, auto regular) {
 #pragma unroll
           for (int m = 0; m < 16; ++m) {
-            if (16 * seg + m < Lc) run += gate::head_gate<decltype(kind)::value, decltype(regular)::value, false>(hgate, vals[m], dtb);
+            if (16 * seg + m < Lc) run += gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, vals[m], dtb);
             vals[m] = run;
           }
         });

@@ -97,7 +97,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
   // added in 1c. Scalar gate: 64 threads, warp-shuffle scans (warp 1 adds warp 0's total in 1c).
   // simple GLA's per-head constant gate, added to every token's g (0 for the other families)
   const gate::HeadGate hg = prep_head_gate(p, hv, (!VEC && p.g_gamma) ? load_any(p.g_gamma, p.gg_dt, hv) : 0.f);
-  // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN.
+  // The transform, then the gate floor (gate.cuh): g = -inf is a full forget, never NaN. The fast
+  // transforms on 16-bit inputs (In: also in the float32 form's recompute, so that the backward's
+  // γ is the forward's), the precise ones on float32 / float64 inputs.
   const bool use_dtb = p.gate_kind != 0 && p.has_dtb;
   const int lk = 31 - __clz(K);               // log2 K (K in {64, 128, 256})
   const int nseg = kPrepThreads >> lk;        // 4, 2, 1 token segments
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
           const int i = i0 + i8 + m;
-          run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<T>>(hg, raw[m], dtb) : 0.f;
+          run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hg, raw[m], dtb) : 0.f;
           gam[i * ldg + gd] = run;
         }
       }
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         // simple GLA may have g_gamma alone (no g)
         const float raw = p.g ? load_any(p.g, p.g_dt, static_cast<int64_t>(t0 + tid) * HV + hv) : 0.f;
         gate::with_head_gate(hg, [&](auto kind, auto regular) {
-          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<T>>(hg, raw, dtb);
+          x = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hg, raw, dtb);
         });
       }
 #pragma unroll

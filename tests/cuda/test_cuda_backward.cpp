@@ -25,6 +25,17 @@
 namespace linattn::test {
 namespace {
 
+// Every gradient `a` holds, bitwise equal to `b`'s ("<name> <what>" on a difference): the
+// run-to-run, saved-vs-recompute and nothing-written checks.
+void expect_same_bits(Grads& a, Grads& b, const char* what) {
+  for (int i = 0; i < kNumGrads; ++i) {
+    if (!a.at(i)->present()) continue;
+    const auto &x = a.at(i)->bytes, &y = b.at(i)->bytes;
+    ASSERT_EQ(x.size(), y.size()) << kGradNames[i] << ": sizes differ";
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size())) << kGradNames[i] << " " << what;
+  }
+}
+
 // Runs the CUDA backward on `path` (cuda::backward_kda_gdn, or the public API when `api`; the token
 // replay is not public: api needs another path).
 Status run_cuda(const Case& c, const Inputs& x, Grads* g, bool api = false, BwdPath path = BwdPath::kAuto,
@@ -148,11 +159,7 @@ void expect_repeatable(const Case& c, BwdPath path) {
   Grads a, b;
   ASSERT_TRUE(run_cuda(c, x, &a, false, path).ok());
   ASSERT_TRUE(run_cuda(c, x, &b, false, path).ok());
-  for (int i = 0; i < kNumGrads; ++i) {
-    if (!a.at(i)->present()) continue;
-    EXPECT_EQ(0, std::memcmp(a.at(i)->bytes.data(), b.at(i)->bytes.data(), a.at(i)->bytes.size()))
-        << kGradNames[i] << " differs between runs";
-  }
+  expect_same_bits(a, b, "differs between runs");
 }
 
 TEST(CudaBackward, KdaSmallOptions) {
@@ -567,12 +574,8 @@ TEST(CudaBackward, BackwardPrecisionSelectsForm) {
   EXPECT_NE(s.message.find("backward_precision"), std::string::npos) << s.message;
   for (const char* name : {"auto", "split", "fast16", "float32"})
     EXPECT_NE(s.message.find(name), std::string::npos) << s.message;
-  const Grads fresh = make_grads(c, x, false);
-  for (int i = 0; i < kNumGrads; ++i) {
-    if (!g.at(i)->present()) continue;
-    EXPECT_EQ(0, std::memcmp(g.at(i)->bytes.data(), const_cast<Grads&>(fresh).at(i)->bytes.data(), g.at(i)->bytes.size()))
-        << kGradNames[i] << " was written";
-  }
+  Grads fresh = make_grads(c, x, false);
+  expect_same_bits(g, fresh, "was written");
   EXPECT_STREQ(backward_precision_name(BackwardPrecision::kFast16), "fast16");
 }
 
@@ -701,11 +704,7 @@ TEST(CudaBackward, SmallSavedMatchesRecompute) {
     ASSERT_TRUE(s.ok()) << s.message;
     s = run_saved(c, x, SavedRun{}, &sav, &o, &ht);
     ASSERT_TRUE(s.ok()) << s.message;
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!rec.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), sav.at(i)->bytes.data(), rec.at(i)->bytes.size()))
-          << kGradNames[i] << " differs from the recomputing backward";
-    }
+    expect_same_bits(rec, sav, "differs from the recomputing backward");
     Case cf = c;  // the reference forward with its final state
     cf.final_state = true;
     FwdResult ref;
@@ -780,11 +779,7 @@ TEST(CudaBackward, SmallSavedIsReadAndChecked) {
   EXPECT_NE(0, std::memcmp(rec.dq.bytes.data(), g.dq.bytes.data(), rec.dq.bytes.size()));
   Grads poisoned = make_grads(c, x, false);
   auto untouched = [&](Grads& got) {
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!poisoned.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(got.at(i)->bytes.data(), poisoned.at(i)->bytes.data(), poisoned.at(i)->bytes.size()))
-          << kGradNames[i] << " was written";
-    }
+    expect_same_bits(poisoned, got, "was written");
   };
   SavedRun other;
   other.bwd_scale = 0.25;
@@ -815,21 +810,13 @@ TEST(CudaBackward, SmallSavedAsFilledSkipsTheHeaderRead) {
     t.as_filled = true;
     Status s = run_saved(c, x, t, &trusted, &o, &ht);
     ASSERT_TRUE(s.ok()) << s.message;
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!checked.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(checked.at(i)->bytes.data(), trusted.at(i)->bytes.data(), checked.at(i)->bytes.size()))
-          << kGradNames[i] << " differs with saved_as_filled";
-    }
+    expect_same_bits(checked, trusted, "differs with saved_as_filled");
     SavedRun r;
     r.zero_header = true;
     s = run_saved(c, x, r, &refused, &o, &ht);
     EXPECT_EQ(s.code, StatusCode::kInvalidArgument) << s.message;
     Grads poisoned = make_grads(c, x, false);
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!poisoned.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(refused.at(i)->bytes.data(), poisoned.at(i)->bytes.data(), poisoned.at(i)->bytes.size()))
-          << kGradNames[i] << " was written";
-    }
+    expect_same_bits(poisoned, refused, "was written");
   }
 }
 
@@ -853,11 +840,7 @@ TEST(CudaBackward, NoDeltaChainsInOneKernelMatchTwo) {
     Grads one, two;
     ASSERT_TRUE(run_cuda(c, x, &one).ok());
     ASSERT_TRUE(run_cuda(c, x, &two, false, BwdPath::kAuto, /*separate_chains=*/true).ok());
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!one.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(one.at(i)->bytes.data(), two.at(i)->bytes.data(), one.at(i)->bytes.size()))
-          << kGradNames[i] << " differs between one kernel and two";
-    }
+    expect_same_bits(one, two, "differs between one kernel and two");
   }
 }
 
@@ -877,11 +860,7 @@ struct HostAsCuda {
   }
   void expect_unwritten() {
     Grads fresh = make_grads(c, x, false);
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!fresh.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(g.at(i)->bytes.data(), fresh.at(i)->bytes.data(), fresh.at(i)->bytes.size()))
-          << kGradNames[i] << " was written";
-    }
+    expect_same_bits(fresh, g, "was written");
   }
 };
 
@@ -1159,11 +1138,7 @@ TEST(CudaBackward, NoDeltaSmallSaved) {
     ASSERT_TRUE(s.ok()) << s.message;
     s = run_saved(c, x, SavedRun{}, &sav, &o, &ht);
     ASSERT_TRUE(s.ok()) << s.message;
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!rec.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), sav.at(i)->bytes.data(), rec.at(i)->bytes.size()))
-          << kGradNames[i] << " differs from the recomputing backward";
-    }
+    expect_same_bits(rec, sav, "differs from the recomputing backward");
     Case cf = c;
     cf.final_state = true;
     FwdResult ref;
@@ -1259,21 +1234,13 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
     ASSERT_TRUE(s.ok()) << s.message;
     EXPECT_EQ(o.bytes, o_plain.bytes) << "o differs from the plain forward's";
     EXPECT_EQ(ht.bytes, ht_plain.bytes) << "the final state differs from the plain forward's";
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!rec.at(i)->present()) continue;
-      EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), kept.at(i)->bytes.data(), rec.at(i)->bytes.size()))
-          << kGradNames[i] << " differs from the recomputing backward";
-    }
+    expect_same_bits(rec, kept, "differs from the recomputing backward");
     {  // as Python's autograd path calls it: saved_as_filled (the header is not read back)
       SavedRun filled = how;
       filled.as_filled = true;
       Grads g2;
       ASSERT_TRUE(run_saved(c, x, filled, &g2, &o, &ht).ok());
-      for (int i = 0; i < kNumGrads; ++i) {
-        if (!rec.at(i)->present()) continue;
-        EXPECT_EQ(0, std::memcmp(rec.at(i)->bytes.data(), g2.at(i)->bytes.data(), rec.at(i)->bytes.size()))
-            << kGradNames[i] << " differs with saved_as_filled";
-      }
+      expect_same_bits(rec, g2, "differs with saved_as_filled");
     }
     // a backward without keep_chunk_local refuses the buffer, writing nothing
     Grads other;

@@ -47,6 +47,8 @@ case " $* " in *" --no-ours "*) no_ours=1 ;; *) no_ours=0 ;; esac
     >"$out/pip.log" 2>&1 || { tail -20 "$out/pip.log"; exit 1; }
 sel=()
 [ "$ops" = all ] || sel+=(--ops "$ops")
+# FLA from the device bundle (scripts/make_device_bundle.sh) unless the caller names a copy
+case " $* " in *" --fla-path "*) ;; *) [ -d .device/fla-compat/site/fla ] && sel+=(--fla-path .device/fla-compat/site) ;; esac
 if [ -f bench/results/results.json ]; then
   cp -r bench/results/. "$out/results/"
   sel+=(--merge)

@@ -853,13 +853,19 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           floored[tid] = static_cast<unsigned short>(fl);
         }
         float run = 0.f;
+        // every token transformed, then the predicated sum: a predicate around each transform
+        // became a branch per token, serialising the transforms' MUFU chains (the prep's scan,
+        // ncu session 33); tokens past the chunk hold 0.f, their transform is discarded
         gate::with_head_gate(hgate, [&](auto kind, auto regular) {
 #pragma unroll
-          for (int m = 0; m < 16; ++m) {
-            if (16 * seg + m < Lc) run += gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, vals[m], dtb);
-            vals[m] = run;
-          }
+          for (int m = 0; m < 16; ++m)
+            vals[m] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, vals[m], dtb);
         });
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+          run += 16 * seg + m < Lc ? vals[m] : 0.f;
+          vals[m] = run;
+        }
         segtot[seg * 64 + cc] = run;
         __syncthreads();
         float off = 0.f;

@@ -130,15 +130,25 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
 #pragma unroll 4
       for (int i = 0; i < kC; ++i) sm.gam[i * kLdG + d] = i < Lc ? load_any(p.g, p.g_dt, gb + i * gs + d) : 0.f;
     }
-    // The scan's code is kept small (four tokens unrolled, five gate variants): fully unrolled
-    // it made the kernel ~30 K instructions and instruction-fetch stalls its largest cost.
+    // The scan's code is kept small (four tokens a step, five gate variants): fully unrolled
+    // it made the kernel ~30 K instructions and instruction-fetch stalls its largest cost. A step
+    // transforms its four tokens unconditionally (rows past the chunk's end hold zeros, whose
+    // transform is discarded), then adds them in order: the predicate inside the sum made the
+    // compiler branch around each token's transform, one dependent MUFU chain after another (ncu,
+    // session 33: the scan was 28% of the prep's stalls with the in-kernel gate).
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
       float run = 0.f;
-#pragma unroll 4
-      for (int i = 0; i < kC; ++i) {
-        const float raw = sm.gam[i * kLdG + d];
-        run += i < Lc ? gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, raw, dtb) : 0.f;
-        sm.gam[i * kLdG + d] = run;
+#pragma unroll 1
+      for (int i0 = 0; i0 < kC; i0 += 4) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          x[u] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, sm.gam[(i0 + u) * kLdG + d], dtb);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          run += i0 + u < Lc ? x[u] : 0.f;
+          sm.gam[(i0 + u) * kLdG + d] = run;
+        }
       }
     });
     float R[5];

@@ -34,8 +34,9 @@ constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
 // acc[MI][NI] += A[m0 .., k0 : k1] * B[k0 : k1, n0 ..]. A is k-major when AK (A(m, k) at
 // pa[k * lda + m]) else row-major; B is k-major when BK (B(k, n) at pb[k * ldb + n]) else n-major.
 // 16-bit: ldmatrix from shared memory (16-byte aligned rows, offsets multiples of 8, NI even,
-// k0/k1 multiples of 16). float: 3xTF32 through the loaders (shared or global memory).
-template <class T, int MI, int NI, bool AK, bool BK>
+// k0/k1 multiples of 16). float: 3xTF32 through the loaders (shared or global memory); A_TF32:
+// A holds TF32 values already (the caller's 16-bit inputs widened: kern::warp_mma), two products.
+template <class T, int MI, int NI, bool AK, bool BK, bool A_TF32 = false>
 __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int lda, const T* pb, int ldb,
                                        int m0, int n0, int k0, int k1) {
   if constexpr (kIs16<T>) {
@@ -45,7 +46,7 @@ __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int
     // row-major A (RowOp)
     using AOp = std::conditional_t<AK, kern::ColOp<T>, kern::RowOp<T>>;
     using BOp = std::conditional_t<BK, kern::RowOp<T>, kern::ColOp<T>>;
-    kern::warp_mma<T, MI, NI>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
+    kern::warp_mma<T, MI, NI, AOp, BOp, A_TF32>(acc, AOp{pa, lda}, BOp{pb, ldb}, m0, n0, k0, k1);
   }
 }
 
@@ -504,6 +505,9 @@ template <class T, bool VEC, bool DELTA, class In = T>
 __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const WyParams p) {
   using L = WyLayout<T>;
   constexpr int ld = L::ld, ldg = L::ldg;
+  // the caller's q, k, v, dO in the float32 form on 16-bit inputs: TF32 values, whose tiles (dO, and
+  // v without the delta rule) enter the 3xTF32 products unsplit (mma_op's A_TF32)
+  constexpr bool kInTf32 = !std::is_same_v<T, In> && kIs16<In>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int K = p.K, V = p.V, HV = p.HV, H = p.H;
   const auto bc = kern::ChunkParallelScheduler<>::block_coord();
@@ -740,7 +744,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           }
         }
       __syncthreads();
-      mma_op<T, 1, 4, false, false>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
+      mma_op<T, 1, 4, false, false, kInTf32>(accA, dOs, ld, Ns, ld, tm0, n0, 0, 64);
       mma_op<T, 1, 4, false, false>(accM, dYs, ld, Ns, ld, tm0, n0, 0, 64);
       if (split) {
         mma_op<T, 1, 4, false, false>(accA, dOs, ld, Nlos, ld, tm0, n0, 0, 64);
@@ -968,8 +972,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       land();
       __syncthreads();
-      mma_op<T, 1, 4, false, false>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
-      mma_op<T, 1, 4, false, false>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);
+      mma_op<T, 1, 4, false, false, kInTf32>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      mma_op<T, 1, 4, false, false, kInTf32 && !DELTA>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);  // N = v
       if constexpr (DELTA) {
         mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
         if constexpr (kIs16<T>) {
@@ -980,7 +984,7 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           }
         }
       } else if (form_a1) {
-        mma_op<T, 1, 4, false, false>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
+        mma_op<T, 1, 4, false, false, kInTf32>(accA, dOs, ldb, Ns, ldb, tm0, n0, 0, kVB);
       }
       __syncthreads();
     }

@@ -134,7 +134,11 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 // acc += A[m0 : m0+16*MI, k_begin : k_end] * B[k_begin : k_end, n0 : n0+8*NI]
 // (k_begin, k_end multiples of 16; the whole warp calls it).
-template <class T, int MI, int NI, class LA, class LB>
+// A_TF32 (float): A's elements are TF32 values already (16-bit inputs widened exactly: bf16 and
+// fp16 mantissas fit TF32's 10 bits, the exponent range is float32's), so A is not split and the
+// small(A) x big(B) product, exactly zero, is not run: two TF32 products a step instead of three,
+// a shorter dependent chain on each accumulator, the same sums.
+template <class T, int MI, int NI, class LA, class LB, bool A_TF32 = false>
 __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, const LB& lb, int m0,
                                          int n0, int k_begin, int k_end) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -172,7 +176,8 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, 
                             la.at(r + 8, k0 + t + 4)};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          tf32_split(x[e], ab[mi][e], as[mi][e]);
+          if constexpr (A_TF32) ab[mi][e] = __float_as_uint(x[e]);
+          else tf32_split(x[e], ab[mi][e], as[mi][e]);
         }
       }
 #pragma unroll
@@ -188,7 +193,7 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, 
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          mma_tf32(acc[mi][ni], as[mi], bb[ni]);
+          if constexpr (!A_TF32) mma_tf32(acc[mi][ni], as[mi], bb[ni]);
           mma_tf32(acc[mi][ni], ab[mi], bs[ni]);
           mma_tf32(acc[mi][ni], ab[mi], bb[ni]);
         }

@@ -50,6 +50,18 @@ __device__ __forceinline__ void mma_op(float (&acc)[MI][NI][4], const T* pa, int
   }
 }
 
+// float only: acc1 += A1 * B, acc2 += A2 * B with B's fragments split once (kern::warp_mma_pair_tf32);
+// A1, A2 row-major, B n-major (the phase-B layout), A1_TF32 as mma_op's A_TF32.
+template <int MI, int NI, bool A1_TF32>
+__device__ __forceinline__ void mma_op_pair(float (&acc1)[MI][NI][4], float (&acc2)[MI][NI][4], const float* pa1,
+                                            const float* pa2, int lda, const float* pb, int ldb, int m0, int n0,
+                                            int k0, int k1) {
+  using AOp = kern::RowOp<float>;
+  using BOp = kern::ColOp<float>;
+  kern::warp_mma_pair_tf32<MI, NI, AOp, AOp, BOp, A1_TF32>(acc1, acc2, AOp{pa1, lda}, AOp{pa2, lda}, BOp{pb, ldb}, m0,
+                                                           n0, k0, k1);
+}
+
 // rows x cols tile (global row stride gld) into shared memory (stride sld) by cp.async; rows at or
 // past `valid` are zero-filled.
 template <class T>
@@ -972,10 +984,14 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       land();
       __syncthreads();
-      mma_op<T, 1, 4, false, false, kInTf32>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      if constexpr (DELTA && !kIs16<T>) {  // dO Sᵀ and dX = dY Sᵀ from one split of S
+        mma_op_pair<1, 4, kInTf32>(aq, ax, dOs, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      } else {
+        mma_op<T, 1, 4, false, false, kInTf32>(aq, dOs, ldb, Ss, ldb, tm0, n0, 0, kVB);
+      }
       mma_op<T, 1, 4, false, false, kInTf32 && !DELTA>(an, Ns, ldb, dSs, ldb, tm0, n0, 0, kVB);  // N = v
       if constexpr (DELTA) {
-        mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
+        if constexpr (kIs16<T>) mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Ss, ldb, tm0, n0, 0, kVB);  // dX
         if constexpr (kIs16<T>) {
           mma_op<T, 1, 4, false, false>(ax, dYs, ldb, Slo, ldb, tm0, n0, 0, kVB);
           if (split) {

@@ -201,6 +201,50 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MI][NI][4], const LA& la, 
   }
 }
 
+// float (3xTF32) only: acc1 += A1 * B and acc2 += A2 * B over the same B tile, whose fragments are
+// loaded and split once a step instead of once per product (the float32 form's pass 2 forms dO Sᵀ
+// and dY Sᵀ from one S tile: ncu found those splits the kernel's largest cost, session 34). Each
+// accumulator receives the products warp_mma would give it, in the same order: the same sums.
+// A1_TF32: A1 holds TF32 values already (as warp_mma's A_TF32).
+template <int MI, int NI, class LA1, class LA2, class LB, bool A1_TF32 = false>
+__device__ __forceinline__ void warp_mma_pair_tf32(float (&acc1)[MI][NI][4], float (&acc2)[MI][NI][4], const LA1& la1,
+                                                   const LA2& la2, const LB& lb, int m0, int n0, int k_begin,
+                                                   int k_end) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+  for (int k0 = k_begin; k0 < k_end; k0 += 8) {
+    uint32_t bb[NI][2], bs[NI][2];
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+      const int c = n0 + 8 * ni + g;
+      tf32_split(lb.at(k0 + t, c), bb[ni][0], bs[ni][0]);
+      tf32_split(lb.at(k0 + t + 4, c), bb[ni][1], bs[ni][1]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      const int r = m0 + 16 * mi + g;
+      uint32_t a1b[4], a1s[4], a2b[4], a2s[4];
+      const float x1[4] = {la1.at(r, k0 + t), la1.at(r + 8, k0 + t), la1.at(r, k0 + t + 4), la1.at(r + 8, k0 + t + 4)};
+      const float x2[4] = {la2.at(r, k0 + t), la2.at(r + 8, k0 + t), la2.at(r, k0 + t + 4), la2.at(r + 8, k0 + t + 4)};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (A1_TF32) a1b[e] = __float_as_uint(x1[e]);
+        else tf32_split(x1[e], a1b[e], a1s[e]);
+        tf32_split(x2[e], a2b[e], a2s[e]);
+      }
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        if constexpr (!A1_TF32) mma_tf32(acc1[mi][ni], a1s, bb[ni]);
+        mma_tf32(acc1[mi][ni], a1b, bs[ni]);
+        mma_tf32(acc1[mi][ni], a1b, bb[ni]);
+        mma_tf32(acc2[mi][ni], a2s, bb[ni]);
+        mma_tf32(acc2[mi][ni], a2b, bs[ni]);
+        mma_tf32(acc2[mi][ni], a2b, bb[ni]);
+      }
+    }
+  }
+}
+
 // ---- ldmatrix fragment loads (16-bit operands in shared memory, rows 16-byte aligned)
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -319,32 +319,14 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
   // 24). WIDE: one buffer of hi + lo halves.
   FragA Pa;
   FragA Plo;  // WIDE's low halves (unused otherwise)
-  auto issue = [&](auto Ic) {
+  // P_I's build is one runtime loop over the blocks (its code once, not four times: this kernel is
+  // straight-line code at two or three CTAs an SM, and instruction fetch was a third of the WIDE
+  // form's stall cycles, session 34); the products, which need I at compile time for the
+  // accumulators and the B tiles, are a switch.
+  auto gemms = [&](auto Ic) {
     constexpr int I = decltype(Ic)::value;
     FragA& A = Pa;
     [[maybe_unused]] FragA& Alo = Plo;
-    // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
-    const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1 < I ? w + 1 : 0) * kK : nullptr);
-    if (w <= I) {  // warp-uniform
-#pragma unroll
-      for (int i = 0; i < kK / 2; i += 2) {
-        const int d = 8 * (i >> 2) + 2 * t;
-        const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
-        if constexpr (WIDE) {
-          split2(base[i] * fv.x, A(i), Alo(i));
-          split2(base[i + 1] * fv.y, A(i + 1), Alo(i + 1));
-        } else {
-          A(i) = E(base[i] * fv.x);
-          A(i + 1) = E(base[i + 1] * fv.y);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kK / 2; ++i) {
-        A(i) = E(0.f);
-        if constexpr (WIDE) Alo(i) = E(0.f);
-      }
-    }
     Tensor tBk = thr16.partition_fragment_B(local_tile(sLk, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
     Tensor tBq = thr16.partition_fragment_B(local_tile(sLq, Shape<_16, Int<kK>>{}, make_coord(I, 0)));
     fence_regs(A);
@@ -368,14 +350,48 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
     }
     warpgroup_commit_batch();
   };
-  issue(Int<0>{});
-  warpgroup_wait<0>();  // block 0's products have read the buffer
-  issue(Int<1>{});
-  warpgroup_wait<0>();
-  issue(Int<2>{});
-  warpgroup_wait<0>();
-  issue(Int<3>{});
-  warpgroup_wait<0>();
+  auto block = [&](int I) {
+    FragA& A = Pa;
+    [[maybe_unused]] FragA& Alo = Plo;
+    // w > I: zero rows (j past block I); w == I: the diagonal block's factor; w < I: e^{R_I - R_{w+1}}
+    const float* f = w == I ? sm.ed + I * kK : (w + 1 < I ? sm.er + rpair(I, w + 1) * kK : nullptr);
+    if (w <= I) {  // warp-uniform
+#pragma unroll
+      for (int i = 0; i < kK / 2; i += 2) {
+        const int d = 8 * (i >> 2) + 2 * t;
+        const float2 fv = f ? *reinterpret_cast<const float2*>(f + d) : make_float2(1.f, 1.f);
+        if constexpr (WIDE) {
+          split2(base[i] * fv.x, A(i), Alo(i));
+          split2(base[i + 1] * fv.y, A(i + 1), Alo(i + 1));
+        } else {
+          A(i) = E(base[i] * fv.x);
+          A(i + 1) = E(base[i + 1] * fv.y);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kK / 2; ++i) {
+        A(i) = E(0.f);
+        if constexpr (WIDE) Alo(i) = E(0.f);
+      }
+    }
+    switch (I) {
+      case 0: gemms(Int<0>{}); break;
+      case 1: gemms(Int<1>{}); break;
+      case 2: gemms(Int<2>{}); break;
+      default: gemms(Int<3>{}); break;
+    }
+    warpgroup_wait<0>();  // block I's products have read the buffer
+  };
+  // The delta rule's 16-bit forward form runs at 168 registers (three CTAs an SM): there the loop
+  // spilled 96 bytes, so its four blocks stay unrolled (the switch then folds to the direct call).
+  if constexpr (WIDE || !DELTA) {
+#pragma unroll 1
+    for (int I = 0; I < 4; ++I) block(I);
+  } else {
+#pragma unroll
+    for (int I = 0; I < 4; ++I) block(I);
+  }
 #pragma unroll
   for (int I = 0; I < 4; ++I) {
     fence_regs(accK[I]);

@@ -142,8 +142,8 @@ class Runner:
             x = problems.make_inputs(var, shape, device=dev, dtype=self.dtype, beta_dtype=self.beta_dtype,
                                      seed=seed + i)
             if need_grad:
-                for t in x.values():
-                    t.requires_grad_(True)
+                for n, t in x.items():
+                    t.requires_grad_(n not in problems.NO_GRAD_INPUTS)
             sets.append(x)
             dos.append(problems.make_do(var, shape, device=dev, dtype=self.dtype, seed=seed + i))
         cu_list = shape.cu_seqlens()
@@ -204,7 +204,7 @@ class Runner:
         return row
 
     def _call_fn(self, fn, var, direction, sets, dos, cu, cu_cpu):
-        names = list(sets[0])
+        names = [n for n in sets[0] if n not in problems.NO_GRAD_INPUTS]
         if direction == "fwd":
             def call(i):
                 with torch.no_grad():
@@ -282,7 +282,9 @@ class Runner:
             for r in rows:
                 if r.get(name, {}).get("status") != "ok":
                     continue
-                xs = {n: t.detach().clone().requires_grad_(r["direction"] == "fwdbwd") for n, t in fx.items()}
+                xs = {n: t.detach().clone().requires_grad_(r["direction"] == "fwdbwd"
+                                                           and n not in problems.NO_GRAD_INPUTS)
+                      for n, t in fx.items()}
                 call = self._call_fn(fn, fvar, r["direction"], [xs], [fdo], cu, cu_cpu)
                 try:
                     o, gs = call(0)
@@ -600,8 +602,8 @@ def main(argv=None) -> int:
                                        first_call_s=0.0, peak_extra_bytes=0)
                     r["speedup_fla_over_ours"] = r["fla"]["median_ms"] / r["ours"]["median_ms"]
                     h = stable_seed(var.key, shape.key, d) % 97 / 97
-                    names = ["o"] + ([problems.GRAD_NAMES[k] for k in problems.input_specs(var, shape)]
-                                     if d == "fwdbwd" else [])
+                    names = ["o"] + ([problems.GRAD_NAMES[k] for k in problems.input_specs(var, shape)
+                                      if k not in problems.NO_GRAD_INPUTS] if d == "fwdbwd" else [])
                     fake = {nm: (1 + i + h) * 1e-3 for i, nm in enumerate(names)}
                     r["err_ours_vs_fla"] = fake
                     r["fp64"] = {"provider": "dry-run (fake)", "tokens": min(args.ref_tokens, shape.T),

@@ -150,6 +150,8 @@ class Reference:
         if grads:
             gs = self.mod.backward(var.family, q, k, v, do.detach(), **kw)
             for n in x:
+                if n in problems.NO_GRAD_INPUTS:
+                    continue
                 gn = problems.GRAD_NAMES[n]
                 out[gn] = None if gs.get(gn) is None else gs[gn].to(torch.float64)
         return out
@@ -167,14 +169,15 @@ class Reference:
     @staticmethod
     def _run_torch(var, shape, x, do, grads, dev):
         fn = reference.make_fla_signature_op(var.family, torch.float64)
-        x64 = {n: t.detach().to(dev, torch.float64).requires_grad_(grads) for n, t in x.items()}
+        x64 = {n: t.detach().to(dev, torch.float64).requires_grad_(grads and n not in problems.NO_GRAD_INPUTS)
+               for n, t in x.items()}
         cu = shape.cu_seqlens()
         cu_t = None if cu is None else torch.tensor(cu, dtype=torch.long)
         with torch.set_grad_enabled(grads):
             o = problems.call_op(fn, var, x64, None if cu_t is None else cu_t.to(dev), cu_t)
         out = {"o": o.detach().to(torch.float64)}
         if grads:
-            names = list(x64)
+            names = [n for n in x64 if n not in problems.NO_GRAD_INPUTS]
             gs = torch.autograd.grad(o, [x64[n] for n in names], do.to(dev, torch.float64), allow_unused=True)
             for n, gr in zip(names, gs):
                 out[problems.GRAD_NAMES[n]] = None if gr is None else gr.to(torch.float64)

@@ -44,6 +44,7 @@ class Variant:
     lower_bound: float | None = None
     l2norm: bool = False  # use_qk_l2norm_in_kernel (delta rules: keeps the recurrence stable)
     disable_recompute: bool = False  # the forward keeps its intermediates for the backward
+    g_gamma: bool = False  # simple GLA: a constant log decay per head instead of g (RetNet's gate)
 
     def with_heads(self, H: int, HV: int, K: int, V: int) -> "Variant":
         return dataclasses.replace(self, H=H, HV=HV, K=K, V=V)
@@ -77,6 +78,7 @@ def gpu_variants() -> list[Variant]:
         Variant("kda_safe_gate", "kda", "KDA safe_gate (L=-5)", safe_gate=True, lower_bound=-5.0, l2norm=True),
         Variant("gdn_gva", "gdn", "GDN GVA (HV = 2H)", H=16, HV=32, l2norm=True),
         Variant("kda_dr", "kda", "KDA disable_recompute", l2norm=True, disable_recompute=True),
+        Variant("simple_gla_gamma", "simple_gla", "simple GLA, g_gamma alone", g_gamma=True),
     ]
 
 
@@ -232,6 +234,9 @@ def cpu_work() -> list[tuple[Variant, Shape, tuple[str, ...]]]:
 
 GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "A_log": "dA_log",
               "dt_bias": "ddt_bias"}
+# Inputs that take no gradient: FLA never differentiates g_gamma (a fixed decay per head), so
+# neither implementation is asked for one.
+NO_GRAD_INPUTS = ("g_gamma",)
 
 
 def make_inputs(var: Variant, shape: Shape, *, device, dtype=torch.bfloat16,
@@ -256,7 +261,11 @@ def make_inputs(var: Variant, shape: Shape, *, device, dtype=torch.bfloat16,
         "v": randn(B, T, HV, V, dt=dtype),
     }
     gshape = (B, T, HV, K) if var.family in PER_CHANNEL_GATE else (B, T, HV)
-    if var.gate_in_kernel:
+    if var.g_gamma:
+        # RetNet's decays 1 - 2^(-5 - 5 h / HV), per head, with a random ±10% spread
+        h = torch.arange(HV, device=device, dtype=torch.float32)
+        x["g_gamma"] = torch.log1p(-torch.pow(2.0, -5.0 - 5.0 * h / HV)) * (0.9 + 0.2 * rand(HV))
+    elif var.gate_in_kernel:
         x["g"] = randn(*gshape).to(gate_dtype)  # raw gate input
         # Mamba-style decay parameters: A in [1, 16], dt in [1e-3, 1e-1] through softplus^-1
         A = 1.0 + 15.0 * rand(HV)
@@ -298,7 +307,7 @@ def call_op(fn, var: Variant, x: dict[str, torch.Tensor], cu: torch.Tensor | Non
     elif var.family == "gla":
         out = fn(x["q"], x["k"], x["v"], x["g"], **kw)
     else:
-        out = fn(x["q"], x["k"], x["v"], g=x["g"], **kw)
+        out = fn(x["q"], x["k"], x["v"], g=x.get("g"), g_gamma=x.get("g_gamma"), **kw)
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
@@ -310,7 +319,7 @@ def head_slice(name: str, t: torch.Tensor, var: Variant, h: int, hv: int) -> tor
         return t[:, :, :h]
     if base in ("v", "g", "beta", "o"):
         return t[:, :, :hv]
-    if base == "A_log":
+    if base in ("A_log", "g_gamma"):
         return t[:hv]
     if base == "dt_bias":
         return t.view(var.HV, -1)[:hv].reshape(-1)
@@ -402,8 +411,11 @@ def input_specs(var: Variant, shape: Shape, *, dtype=torch.bfloat16, gate_dtype=
                 beta_dtype=torch.bfloat16) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Shapes and dtypes of the float inputs (what make_inputs draws)."""
     B, T, H, HV, K, V = shape.B, shape.T, var.H, var.HV, var.K, var.V
-    s = {"q": ((B, T, H, K), dtype), "k": ((B, T, H, K), dtype), "v": ((B, T, HV, V), dtype),
-         "g": (((B, T, HV, K) if var.family in PER_CHANNEL_GATE else (B, T, HV)), gate_dtype)}
+    s = {"q": ((B, T, H, K), dtype), "k": ((B, T, H, K), dtype), "v": ((B, T, HV, V), dtype)}
+    if var.g_gamma:
+        s["g_gamma"] = ((HV,), torch.float32)
+    else:
+        s["g"] = (((B, T, HV, K) if var.family in PER_CHANNEL_GATE else (B, T, HV)), gate_dtype)
     if var.family in DELTA_FAMILIES:
         s["beta"] = ((B, T, HV), beta_dtype)
     if var.gate_in_kernel:

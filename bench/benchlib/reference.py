@@ -31,11 +31,11 @@ def gate_activation(family: str, g, A_log, dt_bias, lower_bound, HV: int):
 def recurrence(family: str, q, k, v, g=None, beta=None, *, scale=None, use_qk_l2norm_in_kernel=False,
                use_gate_in_kernel=False, A_log=None, dt_bias=None, lower_bound=None,
                use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, cu_seqlens=None,
-               compute_dtype=torch.float64, **_ignored):
+               g_gamma=None, compute_dtype=torch.float64, **_ignored):
     """o = the recurrence's output, shape of v, in compute_dtype.
 
     q, k [B, T, H, K]; v [B, T, HV, V]; g [B, T, HV, K] (kda, gla) or [B, T, HV] (gdn,
-    simple_gla); beta [B, T, HV]. cu_seqlens: a list/tensor of offsets (B == 1), or None.
+    simple_gla); g_gamma [HV] (simple_gla: added to g, or the gate alone); beta [B, T, HV]. cu_seqlens: a list/tensor of offsets (B == 1), or None.
     """
     cd = compute_dtype
     B, T, H, K = q.shape
@@ -48,6 +48,9 @@ def recurrence(family: str, q, k, v, g=None, beta=None, *, scale=None, use_qk_l2
     if G > 1:
         q = q.repeat_interleave(G, dim=2)
         k = k.repeat_interleave(G, dim=2)
+    if g_gamma is not None:  # simple GLA's constant log decay per head, added to g (or alone)
+        gg = g_gamma.to(cd).view(1, 1, HV).expand(B, T, HV)
+        g = gg if g is None else g.to(cd) + gg
     g = g.to(cd)
     if use_gate_in_kernel:
         g = gate_activation(family, g, None if A_log is None else A_log.to(cd),

@@ -477,6 +477,7 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if backward_precision not in BACKWARD_PRECISIONS:
         raise ValueError(f"{fn_name}: backward_precision must be one of {list(BACKWARD_PRECISIONS)}, "
                          f"got {backward_precision!r}")
+    backward_precision = effective_backward_precision(backward_precision, g_gamma, A_log, dt_bias)
     # Shapes, dtypes and values are the C++ core's to check (one set of rules for every
     # interface): nothing here reads a shape. scale=None is K ** -0.5, resolved there.
     if scale is not None:
@@ -509,6 +510,21 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if want_map:
         _SAVED_H0.maps.append((qmap, mmap))
     return o, (fs if output_final_state else None), (h if return_intermediate_states else None)
+
+
+def effective_backward_precision(backward_precision, g_gamma, A_log, dt_bias) -> str:
+    """``"auto"`` as the backward will run it. The C++ core's auto computes in float32 whenever
+    A_log / dt_bias (with the in-kernel gate) or g_gamma is given, for the per-head sums dA_log,
+    ddt_bias, dg_gamma (``needs_float32``, src/cuda/config/backward_form.cpp): it cannot know
+    whether they are wanted. Here it is known: when none of the three will take a gradient (a
+    frozen decay parameter; FLA's g_gamma, which FLA never differentiates), auto's choice without
+    that clause is ``"split"`` (the hi + lo form for the delta rules, the 16-bit type without
+    them). Decided at the forward, so that a kept buffer and the backward agree."""
+    if backward_precision != "auto":
+        return backward_precision
+    wants_head_sums = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (g_gamma, A_log, dt_bias))
+    return "auto" if wants_head_sums else "split"
 
 
 def _scale_value(fn_name, scale) -> float:

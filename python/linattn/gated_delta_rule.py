@@ -59,7 +59,7 @@ def chunk_gated_delta_rule(
 
     CUDA backward: the chunked form on tensor cores. For bfloat16 / float16 inputs it computes
     in the input type with hi + lo halves of the operands whose rounding matters, and in float32
-    when ``A_log`` or ``dt_bias`` is given (their gradients are per-head sums over all tokens);
+    when ``A_log`` or ``dt_bias`` is given and takes a gradient (theirs are per-head sums over all tokens);
     gradients come back in the inputs' dtypes. The keyword ``backward_precision`` picks another
     form: ``"split"`` (the hi + lo form always; the A_log / dt_bias gradients can then miss
     SPEC's 1e-2), ``"fast16"`` (the 16-bit type alone: fastest; dβ can miss it too),

@@ -70,7 +70,7 @@ def chunk_simple_gla(
         backward_precision: (linattn extra) the CUDA backward's compute form,
             ``linattn.ops.BACKWARD_PRECISIONS``: without the delta rule ``"split"`` and
             ``"fast16"`` compute in the 16-bit input type (as FLA), ``"float32"`` in float32;
-            ``"auto"`` computes in the 16-bit type, or in float32 when ``g_gamma`` is given (its
+            ``"auto"`` computes in the 16-bit type, or in float32 when ``g_gamma`` requires grad (its
             gradient sums every token of a head and cancels, as dA_log does); float32 inputs
             always compute in float32. The CPU backend ignores it.
 

@@ -229,6 +229,34 @@ def test_backward_precision(family, precision, disable_recompute):
         assert_close("d" + n, x.grad, rg[GRAD_OF[n]], torch.bfloat16)
 
 
+@pytest.mark.parametrize("family,kw", [("simple_gla", {"g": False, "g_gamma": True}),
+                                       ("simple_gla", {"g_gamma": True}),
+                                       ("kda", {"use_gate_in_kernel": True}),
+                                       ("gdn", {"use_gate_in_kernel": True})])
+def test_frozen_decay_parameters_take_the_16_bit_backward(family, kw):
+    """g_gamma / A_log / dt_bias without requires_grad (FLA never differentiates g_gamma): auto's
+    backward is then the split / 16-bit form (effective_backward_precision), bitwise the same
+    as asking for "split", and every gradient taken is within SPEC."""
+    t, opts = make_inputs(family, B=1, T=200, H=2, dtype=torch.bfloat16, **kw)
+    frozen = ("g_gamma", "A_log", "dt_bias")
+    grads = []
+    for precision in ("auto", "split"):
+        tc = {n: x.cuda().requires_grad_(n not in frozen) for n, x in t.items()}
+        o, ht = _call(family, tc, opts, output_final_state=True, backward_precision=precision)
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        do = torch.randn(o.shape, generator=gen, device="cuda").to(o.dtype)
+        torch.autograd.backward([o, ht], [do, torch.ones_like(ht)])
+        grads.append({n: x.grad for n, x in tc.items() if n not in frozen})
+        assert all(tc[n].grad is None for n in frozen if n in tc)
+    for n in grads[0]:
+        assert torch.equal(grads[0][n], grads[1][n]), n
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    rg = reference.backward(family, t["q"], t["k"], t["v"], do.cpu(), dht=torch.ones_like(ht).cpu(),
+                            **ref_kw, **opts)
+    for n, g in grads[0].items():
+        assert_close("d" + n, g, rg[GRAD_OF[n]], torch.bfloat16)
+
+
 def test_runs_on_the_current_stream():
     t, opts = make_inputs("kda", B=2, T=256, H=2, dtype=torch.bfloat16)
     tc = _cuda(t)

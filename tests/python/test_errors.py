@@ -164,3 +164,22 @@ def test_backward_precision_values(kda):
         ops.make_options(backward_precision="token")
     opt = ops.make_options(backward_precision="fast16")
     assert opt.backward_precision == linattn._C.BackwardPrecision.fast16
+
+
+def test_auto_precision_follows_the_decay_parameters_gradients():
+    """auto keeps the float32 backward for the per-head sums (dA_log, ddt_bias, dg_gamma) only
+    when one of those parameters takes a gradient; otherwise it is auto's choice without that
+    clause, "split". Explicit names pass through unchanged."""
+    from linattn._torch_ops import effective_backward_precision as eff
+
+    p = torch.zeros(4)
+    pg = torch.zeros(4, requires_grad=True)
+    assert eff("auto", None, None, None) == "split"
+    assert eff("auto", p, None, None) == "split"  # g_gamma given, frozen (FLA never differentiates it)
+    assert eff("auto", None, p, p) == "split"  # frozen A_log / dt_bias
+    assert eff("auto", pg, None, None) == "auto"
+    assert eff("auto", None, p, pg) == "auto"
+    with torch.no_grad():  # no graph: no gradient will be asked for
+        assert eff("auto", pg, pg, pg) == "split"
+    for name in ("split", "fast16", "float32"):
+        assert eff(name, pg, pg, pg) == name

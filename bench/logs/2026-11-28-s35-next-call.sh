@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Session 36's first device call (one-off; copy it to .device/run.sh and run `bash .device/run.sh`).
 # Here, first:
-#   git checkout -b s36-x main && git am bench/logs/2026-11-28-s35-wip-fwd-loop.patch
+#   git checkout -b s36-x main && git am bench/logs/2026-11-28-s35-wip-{fwd-loop,gate-helper}.patch
 #   git archive main | gzip > .device/a.tar.gz; bash scripts/make_device_bundle.sh (if .device/ is gone)
-# X = the working tree (main + the forward prep's P_I loop), A = main. Build X; X's CUDA suite
-# while A builds; bits X vs A (the loop keeps every bit: same operations, same order); the Python
+# X = the working tree (main + the forward prep's P_I loop + the gate-scan helper), A = main. Build
+# X; X's CUDA suite while A builds; bits X vs A (both keep every bit: same operations, same order;
+# if a case differs, `git am` one patch at a time to find which); the Python
 # CUDA tests of session 35's frozen-decay-parameter choice; sanitizers on the prep's small cases;
 # A/B X A X A of the forward and the split backward; ncu warp states of the forward prep (X, A)
 # and of the WIDE prep (main), to confirm the instruction-fetch account of 10cb9c2's -48%.
@@ -31,7 +32,11 @@ cases=("--family kda --T 1100 --num-seqs 2 --initial-state --final-state"
        "--family kda --T 900 --gate-in-kernel --l2norm"
        "--family kda --T 777 --gate-in-kernel --safe-gate --lower-bound -5 --HV 16"
        "--family kda --T 900 --backward-precision split --l2norm"
-       "--family kda --T 500 --K 128 --V 64 --H 8 --HV 16")
+       "--family kda --T 500 --K 128 --V 64 --H 8 --HV 16"
+       "--family gla --T 3000 --num-seqs 4 --initial-state --final-state"
+       "--family gla --dtype fp16 --backward-precision float32 --T 777 --HV 16"
+       "--family kda --T 900 --gate-in-kernel --backward-precision float32 --l2norm"
+       "--family simple_gla --T 1000 --g-gamma --dtype fp16")
 for c in "${cases[@]}"; do
   for v in X A; do
     B=./build-gpu/linattn-run; [ $v = A ] && B=/tmp/a/build/linattn-run

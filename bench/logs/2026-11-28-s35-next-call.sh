@@ -64,7 +64,15 @@ done
 timeout 150 ncu --clock-control none --kernel-name regex:chunk_prep_vector --launch-skip 2 --launch-count 1 \
   --section WarpStateStats --section SchedulerStats --section LaunchStats ./build-gpu/linattn_cuda_stage_bench \
   backward --family kda --gate softplus_fla --only float32 > $out/l/ncu-wideprep.txt 2>&1
-grep -hE "Duration|Stall No Instruction|No Instruction|Eligible Warps|Issue Slots" $out/l/ncu-*.txt | head -20
+# pass 2 (split) and pass 1: is instruction fetch a large share there too (pass 2 is 10.6 K
+# instructions of mostly straight-line code at two CTAs an SM)?
+timeout 120 ncu --clock-control none --kernel-name regex:wy_kernel --launch-skip 2 --launch-count 1 \
+  --section WarpStateStats --section SchedulerStats --section LaunchStats ./build-gpu/linattn_cuda_stage_bench \
+  backward --family kda --gate logsigmoid --only split > $out/l/ncu-wysplit.txt 2>&1
+timeout 120 ncu --clock-control none --kernel-name regex:chunk_dh_wgmma --launch-skip 2 --launch-count 1 \
+  --section WarpStateStats --section SchedulerStats --section LaunchStats ./build-gpu/linattn_cuda_stage_bench \
+  backward --family kda --gate logsigmoid --only split > $out/l/ncu-dhsplit.txt 2>&1
+grep -HE "Duration|No Instruction|Eligible Warps|Issue Slots|Registers Per" $out/l/ncu-*.txt | head -40
 step python
 python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
   -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . > $out/l/pip.log 2>&1 || tail -20 $out/l/pip.log

@@ -868,20 +868,12 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           for (int m = 0; m < 16; ++m) fl |= (vals[m] <= gate::kFloor ? 1u : 0u) << m;
           floored[tid] = static_cast<unsigned short>(fl);
         }
-        float run = 0.f;
-        // every token transformed, then the predicated sum: a predicate around each transform
-        // became a branch per token, serialising the transforms' MUFU chains (the prep's scan,
-        // ncu session 33); tokens past the chunk hold 0.f, their transform is discarded
+        // tokens past the chunk hold 0.f (their transforms discarded by the sum)
         gate::with_head_gate(hgate, [&](auto kind, auto regular) {
-#pragma unroll
-          for (int m = 0; m < 16; ++m)
-            vals[m] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, vals[m], dtb);
+          gate::head_gate_each<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hgate, vals, dtb);
         });
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-          run += 16 * seg + m < Lc ? vals[m] : 0.f;
-          vals[m] = run;
-        }
+        float run = 0.f;
+        gate::running_sum_below(vals, 16 * seg, Lc, run, [&](int m, float r) { vals[m] = r; });
         segtot[seg * 64 + cc] = run;
         __syncthreads();
         float off = 0.f;

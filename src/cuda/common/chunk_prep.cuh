@@ -127,17 +127,9 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
           for (int m = 0; m < 8; ++m)
             raw[m] = i0 + i8 + m < Lc ? load_any(p.g, p.g_dt, gbase + (i8 + m) * gstride) : 0.f;
         }
-        // the eight transforms first, then the predicated sum (a predicate around each transform
-        // became a branch per token: ncu, session 33); raw is 0 past the chunk, discarded
-#pragma unroll
-        for (int m = 0; m < 8; ++m)
-          raw[m] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hg, raw[m], dtb);
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-          const int i = i0 + i8 + m;
-          run += i < Lc ? raw[m] : 0.f;
-          gam[i * ldg + gd] = run;
-        }
+        // raw is 0 past the chunk (its transform discarded by the sum)
+        gate::head_gate_each<decltype(kind)::value, decltype(regular)::value, kIs16<In>>(hg, raw, dtb);
+        gate::running_sum_below(raw, i0 + i8, Lc, run, [&](int m, float r) { gam[(i0 + i8 + m) * ldg + gd] = r; });
       }
     });
   } else {

@@ -94,6 +94,27 @@ __device__ __forceinline__ float head_gate(const HeadGate& h, float raw, float d
   return floor_gate(head_gate_raw<KIND, REGULAR, FAST16>(h, raw, dtb));
 }
 
+// The gate scans' two steps (chunk_prep, the Hopper vector prep, pass 2's recompute). First every
+// token of a step is transformed, rows past the chunk too (they hold a finite placeholder whose
+// transform is discarded); then the running sum takes the predicate. A predicate around each
+// transform compiled to a branch per token, one dependent MUFU chain after another (ncu,
+// session 33); unconditional, the N chains interleave.
+template <int KIND, bool REGULAR, bool FAST16, int N>
+__device__ __forceinline__ void head_gate_each(const HeadGate& h, float (&x)[N], float dtb) {
+#pragma unroll
+  for (int m = 0; m < N; ++m) x[m] = head_gate<KIND, REGULAR, FAST16>(h, x[m], dtb);
+}
+// The running sum over the tokens first + m < valid (run carries to the next step); sink(m, run)
+// receives the total through token m as soon as it is formed.
+template <int N, class Sink>
+__device__ __forceinline__ void running_sum_below(const float (&x)[N], int first, int valid, float& run, Sink&& sink) {
+#pragma unroll
+  for (int m = 0; m < N; ++m) {
+    run += first + m < valid ? x[m] : 0.f;
+    sink(m, run);
+  }
+}
+
 // f(std::integral_constant<int, KIND>{}, std::bool_constant<REGULAR>{}) for the head's gate: one
 // branch per block, so the element loop inside f has none.
 template <typename F>

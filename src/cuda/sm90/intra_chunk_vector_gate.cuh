@@ -131,24 +131,17 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
       for (int i = 0; i < kC; ++i) sm.gam[i * kLdG + d] = i < Lc ? load_any(p.g, p.g_dt, gb + i * gs + d) : 0.f;
     }
     // The scan's code is kept small (four tokens a step, five gate variants): fully unrolled
-    // it made the kernel ~30 K instructions and instruction-fetch stalls its largest cost. A step
-    // transforms its four tokens unconditionally (rows past the chunk's end hold zeros, whose
-    // transform is discarded), then adds them in order: the predicate inside the sum made the
-    // compiler branch around each token's transform, one dependent MUFU chain after another (ncu,
-    // session 33: the scan was 28% of the prep's stalls with the in-kernel gate).
+    // it made the kernel ~30 K instructions and instruction-fetch stalls its largest cost. Rows
+    // past the chunk's end hold zeros (their transforms discarded by the sum).
     gate::with_head_gate(hg, [&](auto kind, auto regular) {
       float run = 0.f;
 #pragma unroll 1
       for (int i0 = 0; i0 < kC; i0 += 4) {
         float x[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-          x[u] = gate::head_gate<decltype(kind)::value, decltype(regular)::value, true>(hg, sm.gam[(i0 + u) * kLdG + d], dtb);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          run += i0 + u < Lc ? x[u] : 0.f;
-          sm.gam[(i0 + u) * kLdG + d] = run;
-        }
+        for (int u = 0; u < 4; ++u) x[u] = sm.gam[(i0 + u) * kLdG + d];
+        gate::head_gate_each<decltype(kind)::value, decltype(regular)::value, true>(hg, x, dtb);
+        gate::running_sum_below(x, i0, Lc, run, [&](int u, float r) { sm.gam[(i0 + u) * kLdG + d] = r; });
       }
     });
     float R[5];
@@ -383,15 +376,11 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
     }
     warpgroup_wait<0>();  // block I's products have read the buffer
   };
-  // The delta rule's 16-bit forward form runs at 168 registers (three CTAs an SM): there the loop
-  // spilled 96 bytes, so its four blocks stay unrolled (the switch then folds to the direct call).
-  if constexpr (WIDE || !DELTA) {
+  // Every form loops, the delta rule's 16-bit forward too: at its 168 registers (three CTAs an SM)
+  // the loop keeps 12 values in 96 bytes of local memory (spilled once before the loop, swapped
+  // inside it: ~34 local accesses a block), for 744 fewer instructions of straight-line code.
 #pragma unroll 1
-    for (int I = 0; I < 4; ++I) block(I);
-  } else {
-#pragma unroll
-    for (int I = 0; I < 4; ++I) block(I);
-  }
+  for (int I = 0; I < 4; ++I) block(I);
 #pragma unroll
   for (int I = 0; I < 4; ++I) {
     fence_regs(accK[I]);
@@ -399,10 +388,10 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
   }
 
   // ---- a wide diagonal block (warp w's, block w): exact per-element decays e^{γ_i - γ_j}, the
-  // raw rows read from global memory 8 channels at a time (16-byte loads), γ from shared memory
-#pragma unroll
-  for (int I = 0; I < 4; ++I) {
-    if (I != w || !(sm.wide[I] | sm.wide[4 + I] | sm.wide[8 + I] | sm.wide[12 + I])) continue;  // warp-uniform
+  // raw rows read from global memory 8 channels at a time (16-byte loads), γ from shared memory.
+  // One body for the four warps (block w at run time), its results moved into accK[w] / accQ[w]
+  // by a switch: unrolled over the blocks, each warp ran its own copy of ~2.3 K instructions.
+  if (sm.wide[w] | sm.wide[4 + w] | sm.wide[8 + w] | sm.wide[12 + w]) {  // warp-uniform
     float sk[8] = {}, sqv[8] = {};
     const int j0 = 16 * w + g, i0 = 16 * w + 2 * t;  // rows j0 + 8 h; columns i0 + 8 (m >> 1) + (m & 1)
 #pragma unroll 1
@@ -437,10 +426,19 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
         }
       }
     }
+    auto put = [&](auto Ic) {
+      constexpr int I = decltype(Ic)::value;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      accK[I](e) = sk[e];
-      accQ[I](e) = sqv[e];
+      for (int e = 0; e < 8; ++e) {
+        accK[I](e) = sk[e];
+        accQ[I](e) = sqv[e];
+      }
+    };
+    switch (w) {
+      case 0: put(Int<0>{}); break;
+      case 1: put(Int<1>{}); break;
+      case 2: put(Int<2>{}); break;
+      default: put(Int<3>{}); break;
     }
   }
   warpgroup_sync<1>();  // every warp's products have read L_q, L_k and γ: their tiles are free

@@ -20,6 +20,8 @@
 #                      --ab 'backward --family kda --gate logsigmoid --only split --stages'
 #   --rounds N         A/B rounds of X A (default 2)
 #   --budget S         start no A/B round after S seconds (default 500: the call's 600 s limit)
+#   --pytest ARGS      after the A/B: install X's Python package (CUDA) and run pytest ARGS, e.g.
+#                      --pytest 'tests/python/test_cuda.py -q -x' (default: none)
 # Output: $OUT/logs.tgz (every log; the device returns at most 8 files) and a summary on stdout:
 # the suite's result lines, one bits line a case ("same" or the tensors that differ), the
 # sanitizers' last lines, and each A/B run's timing lines.
@@ -27,7 +29,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 base=.device/a.tar.gz cases=scripts/validate_cases.txt suite=1 bits=1
-memf='CudaForward.*Small*:CudaBackward.Small*' racef='' rounds=2 budget=500
+memf='CudaForward.*Small*:CudaBackward.Small*' racef='' rounds=2 budget=500 pyt=''
 ab=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
     --ab) ab+=("$2"); shift ;;
     --rounds) rounds=$2; shift ;;
     --budget) budget=$2; shift ;;
+    --pytest) pyt=$2; shift ;;
     *) echo "gpu_validate: unknown option $1 (see the header)" >&2; exit 2 ;;
   esac
   shift
@@ -114,5 +117,13 @@ if [ -n "$base" ] && [ ${#ab[@]} -gt 0 ]; then
       done
     done
   done
+fi
+if [ -n "$pyt" ]; then
+  step pytest
+  python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
+    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
+    >"$out/l/pip.log" 2>&1 || { echo "pip install failed:"; tail -20 "$out/l/pip.log"; }
+  timeout 300 python3 -m pytest $pyt -p no:cacheprovider >"$out/l/pytest.log" 2>&1
+  tail -3 "$out/l/pytest.log"
 fi
 step done

@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
   };
   // Every form loops, the delta rule's 16-bit forward too: at its 168 registers (three CTAs an SM)
   // it spills 28 bytes (a 32-byte stack frame; `-Xptxas -v`, with the one-body wide block below),
-  // for ~2.5 K fewer instructions of straight-line code than the unrolled blocks.
+  // the two together took the static code from 10616 to 8056 instructions.
 #pragma unroll 1
   for (int I = 0; I < 4; ++I) block(I);
 #pragma unroll

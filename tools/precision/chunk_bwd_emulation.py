@@ -45,6 +45,8 @@ SITES = {
     "Kmin": ("chunk_bwd_wy.cu wy_kernel", "k_j exp(gamma_r - gamma_j), off-diagonal blocks"),
     "Qd": ("chunk_bwd_wy.cu wy_kernel", "q_i exp(gamma_i - gamma_r), off-diagonal blocks"),
     "Kd": ("chunk_bwd_wy.cu wy_kernel", "beta_i k_i exp(gamma_i - gamma_r), off-diagonal blocks"),
+    "pqk": ("chunk_bwd_wy.cu wy_kernel", "dq^, dk^ partials stored for finish_qk's l2norm backward (bfloat16 "
+            "for bfloat16 inputs in either form: PartialQK; float32 otherwise)"),
     "out": ("chunk_bwd.cu / wy_kernel", "dq, dk, dv, dbeta written in the input dtype"),
 }
 GRADS = ("dq", "dk", "dv", "dbeta", "dg", "dh0", "dA_log", "ddt_bias")
@@ -129,6 +131,8 @@ class Rounding:
         self.plain_fn = ROUNDERS[plain_dtype]
 
     def __call__(self, x, site):
+        if site == "pqk" and site in self.sites:  # PartialQK: bfloat16 for bfloat16 inputs (either form), float32 else
+            return bf16(x) if self.plain_fn is bf16 else np.asarray(x, dtype=np.float32).astype(np.float64)
         if site in self.plain:
             return self.plain_fn(x)
         return self.fn(x) if site in self.sites else np.asarray(x, dtype=np.float64)
@@ -228,7 +232,7 @@ def finish(prob, x, dq, dk, dv, db, dgam, dh0, rnd, f32acc=False):
     if prob["beta_sigmoid"]:
         sg = sigmoid(x["beta"])
         db = db * sg * (1 - sg)
-    res = dict(dq=rnd(l2_back(x["q"], dq), "out"), dk=rnd(l2_back(x["k"], dk), "out"),
+    res = dict(dq=rnd(l2_back(x["q"], rnd(dq, "pqk")), "out"), dk=rnd(l2_back(x["k"], rnd(dk, "pqk")), "out"),
                dv=rnd(dv, "out"), dbeta=rnd(db, "out"), dh0=dh0)
     _, d_raw, d_alog = gate_forward(prob, x)
     if prob["family"] == "gdn":  # scalar gate: a token's gradient is the sum over channels

@@ -106,9 +106,11 @@ __global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void*
 // ---- 4a. dq, dk: sum partials over splits and the G value heads in a fixed order, then the
 // l2norm backward. One warp per (token, q/k head), four consecutive channels a lane (float4
 // partials, 8- or 16-byte q, k, dq, dk accesses: K in {64, 128, 256}, tensors 16-byte aligned).
-// q's and k's loads are issued together (one memory round trip for both, not one each).
-template <class T>
-__global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, const T* k, T* dq, T* dk,
+// q's and k's loads are issued together (one memory round trip for both, not one each). P: the
+// partials' element type (bfloat16 from pass 2 on bfloat16 inputs, PartialQK; float from the
+// other inputs and the token replay).
+template <class T, class P>
+__global__ void finish_qk_kernel(const P* pq, const P* pk, const T* q, const T* k, T* dq, T* dk,
                                      int64_t tokens, int H, int G, int HV, int K, int NS, int l2) {
   constexpr int kIt = kMaxKPerLane / 4;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
@@ -135,8 +137,9 @@ __global__ void finish_qk_kernel(const float* pq, const float* pk, const T* q, c
         for (int it = 0; it < kIt; ++it) {
           const int c = 4 * lane + 128 * it;
           if (c < K) {
-            const float4 v = *reinterpret_cast<const float4*>((w == 0 ? pq : pk) + off + c);
-            acc[w][it][0] += v.x; acc[w][it][1] += v.y; acc[w][it][2] += v.z; acc[w][it][3] += v.w;
+            float v[4];
+            kern::load4<P>((w == 0 ? pq : pk) + off + c, v);
+            acc[w][it][0] += v[0]; acc[w][it][1] += v[1]; acc[w][it][2] += v[2]; acc[w][it][3] += v[3];
           }
         }
     }
@@ -465,14 +468,16 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 // da then take dh's and dN's places.
 // At issue 5's reference shape (KDA, B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks,
 // 16384 tokens), MiB:
-//   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256; Aqk/pb, Ainv 2 x 128; gexp 4;
+//   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256 (pq, pk 128 each with bf16 inputs:
+//     PartialQK); Aqk/pb, Ainv 2 x 128; gexp 4;
 //     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB), whatever the input type
 //     (16-bit inputs were widened into float32 copies until session 19: 1 GiB more).
 //   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h 512, dh 256; vnew, dN 2 x 128;
-//     pq, pk, pg 3 x 256; pb 2: 2694 MiB (2.63 GiB); split adds U_lo, KgT_lo, dN_lo, dY_lo
-//     4 x 128 and reuses W's region for the partials: 2.57 GiB.
-//   split from saved: pq, pk, pg 3 x 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 1794 MiB,
-//     beside the saved buffer's 1412 MiB.
+//     pq, pk 2 x 128 (bfloat16 inputs: PartialQK), pg 256, pb 2 in the place of W .. Aqk (448), the
+//     larger: 514 (770 with float32 pq, pk until session 36); split adds U_lo, KgT_lo, dN_lo,
+//     dY_lo 4 x 128, and its front region (576 with KgT_lo) then holds the partials.
+//   split from saved: pq, pk 2 x 128, pg 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 256 MiB
+//     less than the 1794 of float32 pq, pk, beside the saved buffer's 1412 MiB.
 // (These counts have every partial. pq, pk are absent where pass 2 writes dq, dk itself, pg where
 // it writes dg: KDA with its plain gate has no pg, GLA none of the three; see below.)
 // With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
@@ -532,8 +537,10 @@ struct ChunkPlan {
     dqk_direct = !p.opt.use_qk_l2norm_in_kernel && p.G == 1;
     dg_direct = p.has_g && gate_kind_code(p) == 0 && !p.has_g_gamma && !p.has_A_log && !p.has_dt_bias;
     std::size_t r = reuse;
-    pq = r; r = align_up(r + (dqk_direct ? 0 : T * p.HV * K * 4));
-    pk = r; r = align_up(r + (dqk_direct ? 0 : T * p.HV * K * 4));
+    // dq̂, dk̂ partials in pass 2's PartialQK: bfloat16 for bfloat16 inputs, in either form
+    const std::size_t pqk = dqk_direct ? 0 : T * p.HV * K * partial_qk_bytes(dtype_code(p.dtype));
+    pq = r; r = align_up(r + pqk);
+    pk = r; r = align_up(r + pqk);
     pg = r; r = align_up(r + (dg_direct ? 0 : T * p.HV * KG * 4));  // one float a row with the scalar gate
     pb = r; r = align_up(r + T * p.HV * 4);
     o = std::max(o, r);
@@ -786,6 +793,8 @@ struct Partials {
   bool dg_written = false, dbeta_written = false;
   // dq, dk already written by the chunked pass 2 (WyParams::dq): finish_qk does not run
   bool dqk_written = false;
+  // pq, pk hold bfloat16 (pass 2 on bfloat16 inputs: PartialQK); else float
+  bool pqk16 = false;
 };
 
 // The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
@@ -1005,8 +1014,9 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.dv = out.dv.data;
     wp.dv_dt = dt;
     wp.dv_written = dv_from_pass1 ? 1 : 0;
-    wp.pq = reinterpret_cast<float*>(base + pl.pq);
-    wp.pk = reinterpret_cast<float*>(base + pl.pk);
+    wp.pq = base + pl.pq;
+    wp.pk = base + pl.pk;
+    parts->pqk16 = partial_qk_bytes(dt) == 2;  // bfloat16 partials (PartialQK of the input type)
     wp.pg = reinterpret_cast<float*>(base + pl.pg);
     wp.pb = reinterpret_cast<float*>(base + pl.pb);
     wp.num_chunks = static_cast<int>(p.num_chunks);
@@ -1068,15 +1078,17 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
     const int H = static_cast<int>(p.H), G = static_cast<int>(p.G), HV = static_cast<int>(p.HV);
     const int K = static_cast<int>(p.K);
     const unsigned nb = blocks_for(tokens * p.H);
-    auto launch = [&](auto tag) {  // q, k, dq, dk are 16-byte aligned (check_aligned above)
+    auto launch = [&](auto tag, auto ptag) {  // q, k, dq, dk are 16-byte aligned (check_aligned above)
       using T = decltype(tag);
-      finish_qk_kernel<T><<<nb, 256, 0, st>>>(pq, pk, static_cast<const T*>(f.q.data), static_cast<const T*>(f.k.data),
-                                              static_cast<T*>(out.dq.data), static_cast<T*>(out.dk.data), tokens, H,
-                                              G, HV, K, NS, l2);
+      using P = decltype(ptag);
+      finish_qk_kernel<T, P><<<nb, 256, 0, st>>>(reinterpret_cast<const P*>(pq), reinterpret_cast<const P*>(pk),
+                                                 static_cast<const T*>(f.q.data), static_cast<const T*>(f.k.data),
+                                                 static_cast<T*>(out.dq.data), static_cast<T*>(out.dk.data), tokens,
+                                                 H, G, HV, K, NS, l2);
     };
-    if (dt == 0) launch(__half{});
-    else if (dt == 1) launch(__nv_bfloat16{});
-    else launch(float{});
+    if (dt == 0) launch(__half{}, float{});
+    else if (dt == 1) parts.pqk16 ? launch(__nv_bfloat16{}, __nv_bfloat16{}) : launch(__nv_bfloat16{}, float{});
+    else launch(float{}, float{});
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_qk launch", e);
   }
 
@@ -1134,8 +1146,8 @@ Status run_finish(const detail::Problem& p, const BackwardInputs& in, const Back
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("finish_gb launch", e);
   }
   if (timer) timer->mark("colsum", st);
-  // the column sums' partials in pq's place (read by finish_qk above, dead now; ceil(tokens / 128)
-  // x HV K floats fit its tokens x HV x K)
+  // the column sums' partials in pq's place and on into pk's (both read by finish_qk above, dead
+  // now; ceil(tokens / 128) x HV K floats fit their 2 x tokens x HV x K of 2 or 4 bytes)
   float* scratch = pq;
   if (out.ddt_bias.present()) {
     const int C = static_cast<int>(p.HV * KG);

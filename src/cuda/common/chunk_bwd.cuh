@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/mma.cuh"
@@ -167,7 +168,10 @@ struct WyParams {
   void* dY;          // scratch [blocks][64][V]
   void* dv;          // output [tokens][HV][V]
   int dv_dt;         // dv's dtype code: the compute type's, or 0 / 1 with a float32 compute type
-  float *pq, *pk, *pg, *pb;  // partials [tokens][HV][K] (pg [tokens][HV] with the scalar gate; pb [tokens][HV])
+  // partials [tokens][HV][K] of dq̂, dk̂ in PartialQK<input type>: bfloat16 for bfloat16 inputs,
+  // float32 for the others
+  void *pq, *pk;
+  float *pg, *pb;  // partials: pg [tokens][HV][K] ([tokens][HV] with the scalar gate); pb [tokens][HV]
   int num_chunks, H, HV, G, K, V;
   float scale;
   int l2norm;
@@ -197,6 +201,19 @@ struct WyParams {
   // dv already written by pass 1 (DhParams::dv; no delta rule only): pass 2 reads no dN.
   int dv_written = 0;
 };
+
+// Element type of pass 2's dq̂ / dk̂ partials (WyParams::pq, pk) for input type In: bfloat16 for
+// bfloat16 inputs, in either form (finish_qk reads them once: half the bytes each way), float32
+// otherwise. dq and dk come out in bfloat16 anyway, and one more rounding before the l2norm
+// backward moves their error by ~1.2x (tools/precision, site pqk: 2.7e-3 -> 3.1e-3 in the split
+// form; SPEC's bar is 1e-2). The float32 form's reason to be, dA_log / ddt_bias, comes through dg,
+// which pass 2 forms from its float32 accumulators and never from these partials. float16 keeps
+// float32: there the same rounding would cost 5x (3.3e-4 -> 1.7e-3), and dq̂ = dq ‖q‖ can pass
+// float16's range where dq does not; float32 inputs keep float32 (their bar is 2e-3).
+template <class In>
+using PartialQK = std::conditional_t<std::is_same_v<In, __nv_bfloat16>, __nv_bfloat16, float>;
+// in_dt: the inputs' dtype code (0 fp16, 1 bf16, 2 float32)
+constexpr std::size_t partial_qk_bytes(int in_dt) { return in_dt == 1 ? 2 : 4; }
 
 // dh_kernel's V tile: config::dh_v_tile (config/heuristics.hpp).
 std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);

@@ -1198,9 +1198,10 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
           if (p.dq) {  // the gradients themselves (WyParams::dq): [tokens][H = HV][K] in q's dtype
             store2<In>(static_cast<In*>(p.dq) + orow + cc, dq[hh][2 * ni], dq[hh][2 * ni + 1]);
             store2<In>(static_cast<In*>(p.dk) + orow + cc, km[hh][2 * ni], km[hh][2 * ni + 1]);
-          } else {
-            *reinterpret_cast<float2*>(p.pq + orow + cc) = make_float2(dq[hh][2 * ni], dq[hh][2 * ni + 1]);
-            *reinterpret_cast<float2*>(p.pk + orow + cc) = make_float2(km[hh][2 * ni], km[hh][2 * ni + 1]);
+          } else {  // the partials for finish_qk, in PartialQK<In> (chunk_bwd.cuh says why)
+            using P = PartialQK<In>;
+            store2<P>(static_cast<P*>(p.pq) + orow + cc, dq[hh][2 * ni], dq[hh][2 * ni + 1]);
+            store2<P>(static_cast<P*>(p.pk) + orow + cc, km[hh][2 * ni], km[hh][2 * ni + 1]);
           }
         }
       }

@@ -315,7 +315,7 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true",
                    help="tiny problems through the real code paths; mock ops stand in for what is missing")
     p.add_argument("--ops", default=None,
-                   help="comma-separated variant keys, families, shape keys or VARIANT@SHAPE pairs to run (e.g. kda,gdn_gva or varlen-seed003x4)")
+                   help="comma-separated variant keys, families, shape keys or VARIANT@SHAPE pairs to run (e.g. kda,gdn_gva or varlen-seed003x4); a family name selects the family, =KEY (=kda, =kda@2x8192) that variant alone")
     p.add_argument("--directions", default="fwd,fwdbwd", help="fwd, fwdbwd (comma-separated)")
     p.add_argument("--varlen-all", action="store_true", help="the whole varlen grid for every variant")
     p.add_argument("--no-varlen", action="store_true")
@@ -353,15 +353,21 @@ def parse_args(argv=None):
 
 def select(items, ops, directions):
     """--ops: the union of its comma-separated tokens; a token VARIANT@SHAPE (variant key or family,
-    shape key) selects the items of both."""
+    shape key) selects the items of both. A family's name is also its plain variant's key and
+    selects the whole family; a token starting with "=" (=kda, =kda@2x8192) is that variant key
+    alone."""
     if ops:
         want = set(ops.split(","))
+        exact = {w[1:] for w in want if w.startswith("=")}
+        want -= {w for w in want if w.startswith("=")}
         pairs = {tuple(w.split("@", 1)) for w in want if "@" in w}
+        exact_pairs = {tuple(w.split("@", 1)) for w in exact if "@" in w}
 
         def hit(it):
-            if it[0].key in want or it[0].family in want or it[1].key in want:
+            if it[0].key in want or it[0].family in want or it[1].key in want or it[0].key in exact:
                 return True
-            return any((it[0].key == a or it[0].family == a) and it[1].key == b for a, b in pairs)
+            return any((it[0].key == a or it[0].family == a) and it[1].key == b for a, b in pairs) or any(
+                it[0].key == a and it[1].key == b for a, b in exact_pairs)
 
         items = [it for it in items if hit(it)]
     return items

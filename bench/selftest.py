@@ -143,6 +143,17 @@ def test_status_paths():
           "FLA skipped where ours is not implemented (without --fla-always)")
 
 
+def test_select():
+    items = [(v, s) for v, s in problems.gpu_work(False, False) if not s.varlen]
+    keys = lambda ops: {(v.key, s.key) for v, s in run_benchmarks.select(items, ops, None)}
+    fam = keys("kda@2x8192")
+    check(("kda", "2x8192") in fam and ("kda_ik", "2x8192") in fam and all(s == "2x8192" for _, s in fam),
+          "--ops FAMILY@SHAPE: every variant of the family at that shape")
+    check(keys("=kda@2x8192") == {("kda", "2x8192")}, "--ops =KEY@SHAPE: that variant alone")
+    check({v for v, _ in keys("=kda")} == {"kda"} and len(keys("=kda")) > 1, "--ops =KEY: that variant at every shape")
+    check(keys("=kda@2x8192,=gla@2x8192") == {("kda", "2x8192"), ("gla", "2x8192")}, "=KEY tokens combine")
+
+
 def test_merge(tmp):
     out = os.path.join(tmp, "merge")
     base = ["--out", out, "--dry-run", "--skip-cpu", "--no-varlen", "--directions", "fwd"]
@@ -196,6 +207,7 @@ if __name__ == "__main__":
         test_head_slice()
         test_dry_run(tmp)
         test_status_paths()
+        test_select()
         test_merge(tmp)
         test_smoke(tmp)
     print(f"{len(failures)} failed" if failures else "all passed")

@@ -20,6 +20,7 @@
 #include "common/backend.hpp"
 #include "common/problem.hpp"
 #include "cuda/common/chunk_bwd.hpp"
+#include "cuda/common/chunk_fwd.hpp"
 #include "cuda/cuda_test_util.hpp"
 
 namespace linattn::test {
@@ -1309,6 +1310,39 @@ TEST(CudaBackward, WorkspaceHoldsOnlyThePartialsRead) {
     const std::size_t one = static_cast<std::size_t>(c.B * c.T * c.HV * c.K) * (b16 ? 2 : 4);  // pq or pk
     // (KDA has G = 1: without l2norm its dq, dk are direct too)
     EXPECT_EQ(ws_l2 - ws_direct, 2 * ((one + 255) / 256 * 256)) << c.name();
+  }
+}
+
+// The no-delta families' workspace per 64-token block and value head, bf16, K = V = 128, no
+// partials (no l2norm, G = 1, g given): Qg, KgT, Aqk, gexp, h, dh; where the Hopper kernels run
+// (the state pass reading the v rows, pass 1 writing dv: ChunkPlan::no_delta_rows) h in bf16 and
+// no U / dY or dN; elsewhere h in float32 plus dY (U) and dN. Seen as the difference between two
+// lengths (B = 1, 32 and 64 chunks: every region a multiple of the 256-byte alignment), so the
+// maps' fixed part cancels. Runs without a GPU (sizes only): there it checks the second layout.
+TEST(CudaBackward, NoDeltaWorkspaceHoldsOnlyWhatIsRead) {
+  for (Family fam : {Family::kGLA, Family::kSimpleGLA}) {
+    Case c = no_delta_case(fam);
+    c.K = c.V = 128;
+    auto ws = [&](int64_t T) {
+      Case cs = c;
+      cs.T = T;
+      const Inputs x = make_inputs(cs, /*backward=*/true);
+      std::vector<DevBuf> keep;
+      Grads g = make_grads(cs, x, false);
+      const BackwardInputs in = backward_views(x, false, keep);
+      const BackwardOutputs out = grad_views(g, false, keep);
+      detail::Problem p;
+      EXPECT_TRUE(detail::resolve_backward(cs.fam, in, out, make_options(cs), &p).ok());
+      return static_cast<int64_t>(cuda::backward_kda_gdn_workspace_bytes(p));
+    };
+    const int64_t n1 = 32, n2 = 64, blocks = (n2 - n1) * c.HV, tokens = (n2 - n1) * 64;
+    auto al = [](int64_t b) { return (b + 255) / 256 * 256; };
+    const int64_t maps = al(n2 * int64_t(sizeof(cuda::kern::ChunkInfo))) - al(n1 * int64_t(sizeof(cuda::kern::ChunkInfo)));
+    const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
+    const int64_t per_block = 2 * 64 * 128 * 2 + 64 * 64 * 2 + 128 * 4 + 128 * 128 * 2 +  // Qg, KgT, Aqk, gexp, dh
+                              (hopper ? 128 * 128 * 2 : 128 * 128 * 4 + 2 * 64 * 128 * 2);  // h (+ dY, dN)
+    // g given with the identity transform: dg is pass 2's own (no pg); pb one float a row
+    EXPECT_EQ(ws(64 * n2) - ws(64 * n1), maps + blocks * per_block + tokens * c.HV * 4) << c.name() << " hopper " << hopper;
   }
 }
 

@@ -480,6 +480,10 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 //     less than the 1794 of float32 pq, pk, beside the saved buffer's 1412 MiB.
 // (These counts have every partial. pq, pk are absent where pass 2 writes dq, dk itself, pg where
 // it writes dg: KDA with its plain gate has no pg, GLA none of the three; see below.)
+// Without the delta rule on Hopper in 16 bits (ChunkPlan::no_delta_rows) there is no U / dY and
+// no dN either (the state pass reads the v rows, pass 1 writes dv), and h is 16-bit: GLA's
+// backward workspace at that shape is Qg, KgT 2 x 128, Aqk 64, gexp 4, h, dh 2 x 256 (the partials,
+// where any, in the front region).
 // With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
 // KgT, Aqk and gexp are the caller's and read-only; the rest of the front half (h, and U where it
 // is written) stays in the workspace, and chunk_prep does not run.
@@ -487,8 +491,8 @@ enum class SavedKind { kNone, kAll, kChunkLocal };
 struct ChunkPlan {
   static constexpr std::size_t kNone = ~std::size_t{0};
   FrontOffsets front;  // in the workspace; all absent from_saved
-  std::size_t seqs = 0, chunks = 0, dh = 0, dN = 0, dY = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0,
-              total = 0;
+  std::size_t seqs = 0, chunks = 0, dh = 0, dN = kNone, dY = kNone, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0,
+              da = 0, total = 0;
   // split (16-bit hi + lo halves): dN_lo, dY_lo (and in front: U_lo, then V_new's low half in its
   // place, and KgT_lo)
   std::size_t dN_lo = kNone, dY_lo = kNone;
@@ -498,6 +502,8 @@ struct ChunkPlan {
   // 0, pass 2 reads h only as its 16-bit S operand (WyParams::h16), so the Hopper recompute writes
   // that (the other state kernels store states in float32 or float64 only).
   bool h16 = false;
+  // no delta rule, 16-bit compute, Hopper: V from the v rows and dv from pass 1 (no dY, no dN)
+  bool no_delta_rows = false;
   int KG = 1;
   int64_t tokens = 0;
   ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
@@ -544,9 +550,17 @@ struct ChunkPlan {
     pg = r; r = align_up(r + (dg_direct ? 0 : T * p.HV * KG * 4));  // one float a row with the scalar gate
     pb = r; r = align_up(r + T * p.HV * 4);
     o = std::max(o, r);
-    dY = o; o = align_up(o + nb * kC * V * es);
+    // Without the delta rule, in a 16-bit compute type on Hopper, the state pass reads V from the
+    // v rows (no U) and pass 1 writes dv itself (no dN): run_front's and pass 1's own tests
+    // (recurrence_wgmma_applies with v_raw, dh_wgmma_applies) reduce to this for such a problem.
+    // Then dY (U's home; pass 2's scratch only with the delta rule) and dN are not allocated:
+    // 2 x 128 MiB at GLA's reference shape. Their offsets stay kNone and the launches refuse
+    // rather than write through them (run_front, run_chunked).
+    no_delta_rows = !p.delta && !f32 &&
+                    kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(K), static_cast<int>(V));
+    if (!no_delta_rows) { dY = o; o = align_up(o + nb * kC * V * es); }
     if (!saved) {
-      f.U = dY;
+      if (!no_delta_rows) f.U = dY;
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
       h16 = !p.delta && !f32 && !split && !p.opt.state_v_first &&
@@ -559,7 +573,8 @@ struct ChunkPlan {
       if (p.delta || f32) { f.vnew = o; o = align_up(o + nb * kC * V * es); }
     }
     dh = o; o = align_up(o + nb * K * V * es);  // the compute type (DhParams::dh)
-    dN = o; o = align_up(o + nb * kC * V * es);
+    // (a saved buffer's run keeps dN: the column sums' rows take its region after pass 2)
+    if (!no_delta_rows || saved) { dN = o; o = align_up(o + nb * kC * V * es); }
     if (split) {
       if (!saved) { f.U_lo = o; o = align_up(o + nb * kC * V * es); f.vnew_lo = f.U_lo; }
       dN_lo = o; o = align_up(o + nb * kC * V * es);
@@ -745,6 +760,8 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   }
   if (!prep && sp.U != nullptr)
     return {StatusCode::kBackendError, "CUDA backward: chunk-local saved buffer, but the state pass would read U"};
+  if (!p.delta && sp.U == nullptr && sp.v_raw == nullptr)  // (ChunkPlan::no_delta_rows disagrees with the launch)
+    return {StatusCode::kBackendError, "CUDA backward: the state pass would read U, which the workspace plan left out"};
   if (prep && p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, f);
     // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
@@ -949,7 +966,7 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     dp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
     dp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
     dp.dh = base + pl.dh;
-    dp.dN = base + pl.dN;
+    dp.dN = pl.dN == ChunkPlan::kNone ? nullptr : base + pl.dN;  // none: pass 1 writes dv (no_delta_rows)
     dp.N = static_cast<int>(p.N);
     dp.HV = static_cast<int>(p.HV);
     dp.K = K;
@@ -964,9 +981,12 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       e = kern::launch_state(cdt, deferred.sp, deferred.smem, st);
       if (e != cudaSuccess) return cuda_error("chunk_state launch (backward form)", e);
     }
-    if (dh_wgmma_applies(cdt, dp)) {
-      // no delta rule, 16-bit compute (the caller's dtype): pass 1 writes dv itself (dN is dv)
-      if (!p.delta && cdt == dt && out.dv.present()) dp.dv = out.dv.data;
+    const bool dh_hopper = dh_wgmma_applies(cdt, dp);
+    // no delta rule, 16-bit compute (the caller's dtype): the Hopper pass 1 writes dv itself (dN is dv)
+    if (dh_hopper && !p.delta && cdt == dt && out.dv.present()) dp.dv = out.dv.data;
+    if (dp.dN == nullptr && dp.dv == nullptr)  // the plan and the launch disagree (never expected)
+      return {StatusCode::kBackendError, "CUDA backward: pass 1 would write dN, which the workspace plan left out"};
+    if (dh_hopper) {
       e = chains ? launch_bwd_chains(cdt, deferred.sp, dp, st) : launch_dh_wgmma(cdt, dp, st);
     } else {
       const config::Staged sg = config::dh_stages(cdt, K, pl.split);
@@ -1009,8 +1029,8 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     wp.h_vfirst = p.opt.state_v_first ? 1 : 0;
     wp.h16 = fb.h_dt != 2 ? 1 : 0;
     wp.dh = base + pl.dh;
-    wp.dN = base + pl.dN;
-    wp.dY = base + pl.dY;
+    wp.dN = pl.dN == ChunkPlan::kNone ? nullptr : base + pl.dN;  // not read where pass 1 wrote dv
+    wp.dY = pl.dY == ChunkPlan::kNone ? nullptr : base + pl.dY;  // the delta rule's scratch
     wp.dv = out.dv.data;
     wp.dv_dt = dt;
     wp.dv_written = dv_from_pass1 ? 1 : 0;

@@ -1070,7 +1070,9 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.dk = out.dk.data;
     }
     parts->dqk_written = wp.dq != nullptr;
-    if ((e = launch_wy(cdt, p.vector_gate, wp, st)) != cudaSuccess) return cuda_error("wy launch", e);
+    e = pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp) ? launch_pass2_scalar_wgmma(cdt, wp, st)
+                                                             : launch_wy(cdt, p.vector_gate, wp, st);
+    if (e != cudaSuccess) return cuda_error("pass 2 launch", e);
     mark("finish_qk");
   }
   pq = reinterpret_cast<float*>(base + pl.pq);

@@ -226,6 +226,11 @@ cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
 // the rest (float32 and float16 inputs computing in float32, other head sizes, other GPUs).
 bool dh_wgmma_applies(int dtype, const DhParams& p);
 cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
+// Pass 2 on Hopper without the delta rule, scalar gate (sm90/pass2_scalar_wgmma.cuh): sm_90a builds
+// on a CC 9.0 device, 16-bit, K = V = 128, h in the compute type (WyParams::h16), dv from pass 1.
+// wy_kernel runs the rest.
+bool pass2_scalar_wgmma_applies(int dtype, bool vector_gate, const WyParams& p);
+cudaError_t launch_pass2_scalar_wgmma(int dtype, const WyParams& p, cudaStream_t s);
 // The recompute (state pass reading the v rows, no delta rule, 16-bit) and pass 1 in one kernel,
 // interleaved in each CTA (sm90/bwd_chains_wgmma.cuh): where both apply to these parameters.
 bool bwd_chains_apply(int dtype, const kern::StateParams& sp, const DhParams& dp);

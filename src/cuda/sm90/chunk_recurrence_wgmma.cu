@@ -125,6 +125,20 @@ cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s) {
   return dtype == 0 ? launch_dh_wgmma_fp16(p, s) : launch_dh_wgmma_bf16(p, s);
 }
 
+cudaError_t launch_pass2_scalar_wgmma_bf16(const WyParams& p, cudaStream_t s);
+cudaError_t launch_pass2_scalar_wgmma_fp16(const WyParams& p, cudaStream_t s);
+
+bool pass2_scalar_wgmma_applies(int dtype, bool vector_gate, const WyParams& p) {
+  return (dtype == 0 || dtype == 1) && !vector_gate && !p.delta && p.in_dt < 0 && p.h16 && !p.h_vfirst &&
+         p.dv_written && p.K == 128 && p.V == 128 && p.dN_lo == nullptr && p.vnew_lo == nullptr &&
+         (p.dq != nullptr) == (p.dk != nullptr) && (!p.dg_direct || p.gate.g != nullptr) &&
+         kern::recurrence_wgmma_supported(dtype, p.K, p.V);
+}
+
+cudaError_t launch_pass2_scalar_wgmma(int dtype, const WyParams& p, cudaStream_t s) {
+  return dtype == 0 ? launch_pass2_scalar_wgmma_fp16(p, s) : launch_pass2_scalar_wgmma_bf16(p, s);
+}
+
 cudaError_t launch_bwd_chains_bf16(const kern::StateParams& sp, const DhParams& dp, cudaStream_t s);
 cudaError_t launch_bwd_chains_fp16(const kern::StateParams& sp, const DhParams& dp, cudaStream_t s);
 

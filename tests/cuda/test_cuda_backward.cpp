@@ -1269,6 +1269,20 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
   EXPECT_NE(s.message.find("exclusive"), std::string::npos) << s.message;
 }
 
+// The CUDA backward's workspace query for a case's problem (host tensors: sizes only, no GPU);
+// has_saved: as if a forward had filled a saved buffer (its front half the caller's).
+std::size_t backward_workspace_of(const Case& cs, bool has_saved) {
+  const Inputs x = make_inputs(cs, /*backward=*/true);
+  std::vector<DevBuf> keep;
+  Grads g = make_grads(cs, x, false);
+  const BackwardInputs in = backward_views(x, false, keep);
+  const BackwardOutputs out = grad_views(g, false, keep);
+  detail::Problem p;
+  EXPECT_TRUE(detail::resolve_backward(cs.fam, in, out, make_options(cs), &p).ok());
+  p.has_saved = has_saved;
+  return cuda::backward_kda_gdn_workspace_bytes(p);
+}
+
 // The backward's workspace holds only the partials a finish kernel reads: without the l2norm
 // backward and the GVA sum pass 2 writes dq and dk itself (no pq, pk), with the identity gate
 // transform dg itself (no pg); pq, pk are bfloat16 for bfloat16 inputs, in the 16-bit and the
@@ -1294,18 +1308,8 @@ TEST(CudaBackward, WorkspaceHoldsOnlyThePartialsRead) {
     Case l2 = c;
     l2.l2norm = true;
     c.l2norm = false;
-    auto saved_ws = [](const Case& cs) {
-      const Inputs x = make_inputs(cs, /*backward=*/true);
-      std::vector<DevBuf> keep;
-      Grads g = make_grads(cs, x, false);
-      const BackwardInputs in = backward_views(x, false, keep);
-      const BackwardOutputs out = grad_views(g, false, keep);
-      detail::Problem p;
-      EXPECT_TRUE(detail::resolve_backward(cs.fam, in, out, make_options(cs), &p).ok());
-      p.has_saved = true;  // the front half (and its region the partials would reuse) is the caller's
-      return cuda::backward_kda_gdn_workspace_bytes(p);
-    };
-    const std::size_t ws_direct = saved_ws(c), ws_l2 = saved_ws(l2);
+    // has_saved: the front half (and its region the partials would reuse) is the caller's
+    const std::size_t ws_direct = backward_workspace_of(c, true), ws_l2 = backward_workspace_of(l2, true);
     const bool b16 = form.dt == DType::kBFloat16;
     const std::size_t one = static_cast<std::size_t>(c.B * c.T * c.HV * c.K) * (b16 ? 2 : 4);  // pq or pk
     // (KDA has G = 1: without l2norm its dq, dk are direct too)
@@ -1326,14 +1330,7 @@ TEST(CudaBackward, NoDeltaWorkspaceHoldsOnlyWhatIsRead) {
     auto ws = [&](int64_t T) {
       Case cs = c;
       cs.T = T;
-      const Inputs x = make_inputs(cs, /*backward=*/true);
-      std::vector<DevBuf> keep;
-      Grads g = make_grads(cs, x, false);
-      const BackwardInputs in = backward_views(x, false, keep);
-      const BackwardOutputs out = grad_views(g, false, keep);
-      detail::Problem p;
-      EXPECT_TRUE(detail::resolve_backward(cs.fam, in, out, make_options(cs), &p).ok());
-      return static_cast<int64_t>(cuda::backward_kda_gdn_workspace_bytes(p));
+      return static_cast<int64_t>(backward_workspace_of(cs, false));
     };
     const int64_t n1 = 32, n2 = 64, blocks = (n2 - n1) * c.HV;
     auto al = [](int64_t b) { return (b + 255) / 256 * 256; };

@@ -28,6 +28,47 @@ struct alignas(1024) PrepWgmmaSmem {
   ScalarDeltaScratch sc;
 };
 
+// Qg = diag(s r_q e^γ) q [64][128] and KgT = (diag(r_k e^{γ_C - γ}) k)ᵀ [128][64] in the compute type,
+// chunk_prep's layouts and values (the row factors of PrepParams::rowfac, 0 past the chunk's end),
+// from the staged q (tok, ch) and k (ch, tok) tiles: what the backward's recompute and pass 1 read
+// without the delta rule. 16-byte stores; a KgT row's eight tokens gathered from the MN-major tile.
+template <class T, class E>
+__device__ __forceinline__ void write_qg_kgt(const E* q, const E* k, const ScalarDeltaScratch& sc, float scale, int Lc,
+                                             T* Qg, T* KgT, int tid) {
+  const float gC = sc.gam[kC - 1];
+#pragma unroll
+  for (int m = 0; m < kC * kK / 8 / kThreads; ++m) {  // Qg: piece e = row e / 16, channels 8 (e % 16) ..
+    const int e = tid + kThreads * m, i = e >> 4, c0 = (e & 15) * 8;
+    const float f = i < Lc ? scale * sc.rq[i] * __expf(sc.gam[i]) : 0.f;
+    const uint4 x = *reinterpret_cast<const uint4*>(q + kmajor_off<kC>(i, c0));
+    const E* xe = reinterpret_cast<const E*>(&x);
+    uint4 o;
+    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) ow[j] = pack2<T>(f * float(xe[2 * j]), f * float(xe[2 * j + 1]));
+    *reinterpret_cast<uint4*>(Qg + i * kK + c0) = o;
+  }
+  const int d = tid;  // KgT: this thread's channel, its 64 tokens in 8 pieces
+  static_assert(kThreads == kK, "one channel a thread");
+#pragma unroll
+  for (int m = 0; m < kC / 8; ++m) {
+    uint4 o;
+    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float x[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = 8 * m + 2 * j + h;
+        const float f = t < Lc ? sc.rk[t] * __expf(gC - sc.gam[t]) : 0.f;
+        x[h] = f * float(k[mnmajor_off(d, t) + (d & 7)]);
+      }
+      ow[j] = pack2<T>(x[0], x[1]);
+    }
+    *reinterpret_cast<uint4*>(KgT + d * kC + 8 * m) = o;
+  }
+}
+
 // The chunk's work is latency-bound, so the resident warps, not the instruction count, set its
 // speed (bench/NOTES_cuda_forward.md v18): three CTAs an SM with the delta rule (~72 KB each,
 // <= 168 registers), four without it (~55 KB, <= 128 registers).
@@ -58,11 +99,18 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_del
   warpgroup_sync<1>();
   const int64_t blk = static_cast<int64_t>(c) * p.HV + hv;
   WorkspaceSink<T> out{DELTA ? static_cast<T*>(p.W) + blk * kC * kK : nullptr, static_cast<T*>(p.Aqk) + blk * kC * kC,
-                       DELTA ? static_cast<T*>(p.U) + blk * kC * V : nullptr, p.rowfac + blk * 2 * kC,
+                       DELTA ? static_cast<T*>(p.U) + blk * kC * V : nullptr, p.rowfac ? p.rowfac + blk * 2 * kC : nullptr,
                        p.gexp + blk * kK, V};
   const float graw[2] = {prod.graw[0], prod.graw[1]}, braw[2] = {prod.braw[0], prod.braw[1]};
   prod.compute(in, ci.len, graw, braw, reinterpret_cast<float*>(sm.q), out);
   if (DELTA && V > kVT) prod.u_tile(sm.vt.v1, out, kVT);
+  if constexpr (!DELTA) {
+    if (p.Qg) {  // the backward's recompute (no delta rule): Qg and KgT themselves, not their row factors
+      warpgroup_sync<1>();  // γ, r_q, r_k of every token
+      write_qg_kgt<T>(sm.q, sm.k, sm.sc, p.scale, ci.len, static_cast<T*>(p.Qg) + blk * kC * kK,
+                      static_cast<T*>(p.KgT) + blk * kK * kC, tid);
+    }
+  }
 #endif
 }
 

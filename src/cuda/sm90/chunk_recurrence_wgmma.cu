@@ -94,7 +94,9 @@ bool prep_wgmma_applies(int dtype, bool vector_gate, const PrepParams& p) {
     return common && (p.V == 64 || p.V == 128) && dtype == 1 && p.g != nullptr && p.g_gamma == nullptr && p.Qg &&
            p.KgT && p.rowfac == nullptr && (p.delta ? (p.W && p.U) : (!p.W && !p.U));
   // the scalar gate, raw-row outputs: with the delta rule (GDN) W and U; without it (simple GLA,
-  // g and / or g_gamma) neither, its V read from the v rows
+  // g and / or g_gamma) neither, its V read from the v rows. Without the delta rule the backward's
+  // recompute takes Qg and KgT themselves instead of the row factors.
+  if (!p.delta && p.Qg && p.KgT && p.rowfac == nullptr) return common && !p.W && !p.U;
   return common && v_tiles && p.rowfac != nullptr && p.Qg == nullptr && p.KgT == nullptr &&
          (p.delta ? (p.W && p.U && p.g_gamma == nullptr) : (!p.W && !p.U));
 }

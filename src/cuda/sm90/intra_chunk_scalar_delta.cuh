@@ -56,7 +56,10 @@ struct WorkspaceSink {
   float* gexp;
   int ldu;
   __device__ __forceinline__ void ge(int d, float x) { gexp[d] = x; }
-  __device__ __forceinline__ void rf(int i, float x) { rowfac[i] = x; }
+  // (null rowfac: the backward's recompute, which takes Qg and KgT instead: chunk_prep_wgmma.cuh)
+  __device__ __forceinline__ void rf(int i, float x) {
+    if (rowfac) rowfac[i] = x;
+  }
   __device__ __forceinline__ void aqk(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(A + r * kC + c) = x; }
   __device__ __forceinline__ void w(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(W + r * kK + c) = x; }
   __device__ __forceinline__ void u(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(U + r * ldu + c) = x; }

@@ -34,6 +34,7 @@ using kern::wgmma_recurrence::acc_row;
 using kern::wgmma_recurrence::copy_kmajor;
 using kern::wgmma_recurrence::fence_regs;
 using kern::wgmma_recurrence::kmajor_off;
+using kern::wgmma_recurrence::quad_transpose4;
 using kern::wgmma_recurrence::wg_gemm;
 using kern::load_any;
 using kern::pack2;
@@ -339,19 +340,44 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_scalar_wgmma_kernel(const _
     warpgroup_wait<0>();
     fence_regs(accQ);
     fence_regs(accK);
-    // the gradients themselves (WyParams::dq: no l2norm, G = 1) or the partials for finish_qk
+    // the gradients themselves (WyParams::dq: no l2norm, G = 1) or the partials for finish_qk.
+    // 16-bit outputs leave in 16-byte pieces, a quad's four pieces 64 contiguous bytes of its row
+    // (two whole sectors a warp store: the accumulators' 4-byte pairs half-wrote every sector, and
+    // ncu showed L2 at 70% against DRAM's 52%); float32 partials (fp16 inputs) as pairs.
+    if (p.dq || sizeof(PQ) == 2) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = 16 * warp + g + 8 * h;
-      if (r < Lc) {
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * warp + g + 8 * h;
         const int64_t orow = (static_cast<int64_t>(t0 + r) * HV + hv) * kK + 64 * half;
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const int i = 4 * n + 2 * h, cc = acc_col(t, i);
-          if (p.dq) {
-            store2<T>(static_cast<T*>(p.dq) + orow + cc, accQ(i), accQ(i + 1));
-            store2<T>(static_cast<T*>(p.dk) + orow + cc, accK(i), accK(i + 1));
-          } else {
+        for (int b = 0; b < 2; ++b) {  // column blocks 4 b .. 4 b + 3: this thread's piece is block 4 b + t
+          uint32_t xq[4], xk[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int i = 4 * (4 * b + j) + 2 * h;
+            xq[j] = pack2<T>(accQ(i), accQ(i + 1));
+            xk[j] = pack2<T>(accK(i), accK(i + 1));
+          }
+          quad_transpose4(xq, t);
+          quad_transpose4(xk, t);
+          if (r < Lc) {
+            const int64_t at = orow + 32 * b + 8 * t;
+            void* oq = p.dq ? static_cast<void*>(static_cast<T*>(p.dq) + at) : static_cast<void*>(static_cast<PQ*>(p.pq) + at);
+            void* ok = p.dq ? static_cast<void*>(static_cast<T*>(p.dk) + at) : static_cast<void*>(static_cast<PQ*>(p.pk) + at);
+            *reinterpret_cast<uint4*>(oq) = make_uint4(xq[0], xq[1], xq[2], xq[3]);
+            *reinterpret_cast<uint4*>(ok) = make_uint4(xk[0], xk[1], xk[2], xk[3]);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * warp + g + 8 * h;
+        if (r < Lc) {
+          const int64_t orow = (static_cast<int64_t>(t0 + r) * HV + hv) * kK + 64 * half;
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            const int i = 4 * n + 2 * h, cc = acc_col(t, i);
             store2<PQ>(static_cast<PQ*>(p.pq) + orow + cc, accQ(i), accQ(i + 1));
             store2<PQ>(static_cast<PQ*>(p.pk) + orow + cc, accK(i), accK(i + 1));
           }

@@ -231,6 +231,55 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return x;
 }
 
+// Two 4-byte words of one row that movmatrix_trans left in lane t of a quad (x0: columns 2t, 2t + 1
+// of an 8-column block, x1: the same of the next block), exchanged across the quad so that lane t
+// holds columns 4t .. 4t + 3 of the 16: one 8-byte store a lane and a whole 32-byte sector a quad,
+// where the two 4-byte stores half-wrote every sector. (lane t1 t0, word h) -> (lane h t1, word
+// t0): swap the word bit with t0, then t0 with t1.
+__device__ __forceinline__ uint2 quad_sector_pair(uint32_t x0, uint32_t x1, int t) {
+  const uint32_t y = __shfl_xor_sync(0xffffffffu, (t & 1) ? x0 : x1, 1);
+  if (t & 1) x0 = y;
+  else x1 = y;
+  const int src = ((t & 1) << 1) | (t >> 1);
+  return make_uint2(__shfl_sync(0xffffffffu, x0, src, 4), __shfl_sync(0xffffffffu, x1, src, 4));
+}
+
+// A quad's 4 x 4 transpose of 32-bit words: thread s holds x[n] = M[s][n]; afterwards thread t holds
+// x[s] = M[s][t] (two butterfly stages, a shuffle per swapped pair).
+__device__ __forceinline__ void quad_transpose4(uint32_t (&x)[4], int t) {
+#pragma unroll
+  for (int n = 0; n < 4; n += 2) {  // 2 x 2 blocks transposed between threads t and t ^ 1
+    const uint32_t y = __shfl_xor_sync(0xffffffffu, (t & 1) ? x[n] : x[n + 1], 1);
+    if (t & 1) x[n] = y;
+    else x[n + 1] = y;
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {  // the off-diagonal 2 x 2 blocks swapped between threads t and t ^ 2
+    const uint32_t y = __shfl_xor_sync(0xffffffffu, (t & 2) ? x[j] : x[2 + j], 2);
+    if (t & 2) x[j] = y;
+    else x[2 + j] = y;
+  }
+}
+
+// An m64nN accumulator's rows as 16-byte pieces: word(i) packs elements i and i + 1 (16-bit), the
+// 4-word groups of four 8-column blocks go through quad_transpose4, and put(row, col0, piece) gets
+// columns col0 .. col0 + 7 of one row: 64 contiguous bytes a quad, where (row, pair) stores
+// half-wrote every sector (N a multiple of 32).
+template <int N, class Word, class Put>
+__device__ __forceinline__ void acc_row_pieces(Word&& word, int warp, int g, int t, Put&& put) {
+  static_assert(N % 32 == 0, "four 8-column blocks a piece group");
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int b = 0; b < N / 32; ++b) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = word(4 * (4 * b + j) + 2 * h);
+      quad_transpose4(x, t);
+      put(16 * warp + g + 8 * h, 32 * b + 8 * t, make_uint4(x[0], x[1], x[2], x[3]));
+    }
+}
+
 // An m64nN accumulator's (row, even column) pairs, rounded to 16-bit T and packed, through
 // put(row, column, pair): the row-major stores of a result tile.
 template <class T, class Acc, class Put>

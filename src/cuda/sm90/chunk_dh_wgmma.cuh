@@ -161,12 +161,24 @@ struct DhConsumer {
     Tensor Na = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});
     Tensor Nl = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kWide ? kC / 16 : 1>>{});
 
-    // dh[c] = dS⁺: each warp store covers 4 channels x 8 consecutive V columns (32-byte pieces in
-    // float32, 16-byte in 16 bits: half sectors, docs/backward_v2_plan.md)
-    DhT* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
+    // dh[c] = dS⁺ ([K][V]: a channel's V columns contiguous). float32: each warp store covers 4
+    // channels x 8 consecutive V columns (32-byte pieces). 16 bits: each 8x8 (V column, channel)
+    // block transposed by movmatrix and a channel's two blocks exchanged across the quad
+    // (quad_sector_pair), one 8-byte store a lane, a whole 32-byte sector of 8 channel rows a warp
+    // store (element stores half-wrote every sector, 64 of them a thread a chunk)
+    if constexpr (kWide) {
+      DhT* dhw = dhc + static_cast<int64_t>(2 * t) * V + 16 * warp + g;
 #pragma unroll
-    for (int i = 0; i < size(D); ++i)
-      dhw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = static_cast<DhT>(D(i));
+      for (int i = 0; i < size(D); ++i)
+        dhw[static_cast<int64_t>(8 * (i >> 2) + (i & 1)) * V + 8 * ((i >> 1) & 1)] = static_cast<DhT>(D(i));
+    } else {
+      DhT* dhw = dhc + static_cast<int64_t>(g) * V + 16 * warp + 4 * t;
+#pragma unroll
+      for (int n = 0; n < kK / 8; ++n)
+        *reinterpret_cast<uint2*>(dhw + static_cast<int64_t>(8 * n) * V) =
+            quad_sector_pair(movmatrix_trans(pack2<T>(D(4 * n), D(4 * n + 1))),
+                             movmatrix_trans(pack2<T>(D(4 * n + 2), D(4 * n + 3))), t);
+    }
 #pragma unroll
     for (int i = 0; i < size(D); ++i) {
       Sa(i) = E(D(i));

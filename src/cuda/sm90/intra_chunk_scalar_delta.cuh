@@ -46,7 +46,8 @@ struct ChunkTiles {
 };
 
 // The results into chunk_prep's workspace blocks (row-major W [64][128], Aqk [64][64], U [64][ldu],
-// row factors [2][64], exp(γ_C) [128]), straight from the accumulators: (row, even column) pairs.
+// row factors [2][64], exp(γ_C) [128]), from the accumulators as 16-byte row pieces (Aqk without
+// the delta rule: pairs).
 template <class T>
 struct WorkspaceSink {
   T* W;
@@ -60,9 +61,12 @@ struct WorkspaceSink {
   __device__ __forceinline__ void rf(int i, float x) {
     if (rowfac) rowfac[i] = x;
   }
+  // 16-byte pieces: columns c .. c + 7 of row r (acc_row_pieces); Aqk without the delta rule as
+  // (row, even column) pairs (the pieces made simple GLA's prep slower: docs/backward_v2_plan.md)
+  __device__ __forceinline__ void aqk(int r, int c, uint4 x) { *reinterpret_cast<uint4*>(A + r * kC + c) = x; }
   __device__ __forceinline__ void aqk(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(A + r * kC + c) = x; }
-  __device__ __forceinline__ void w(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(W + r * kK + c) = x; }
-  __device__ __forceinline__ void u(int r, int c, uint32_t x) { *reinterpret_cast<uint32_t*>(U + r * ldu + c) = x; }
+  __device__ __forceinline__ void w(int r, int c, uint4 x) { *reinterpret_cast<uint4*>(W + r * kK + c) = x; }
+  __device__ __forceinline__ void u(int r, int c, uint4 x) { *reinterpret_cast<uint4*>(U + r * ldu + c) = x; }
 };
 
 // T diag(f0) and T diag(f1) (rows of block row `warp`, T = (I + A)⁻¹ in tri_inverse.cuh's compact
@@ -202,11 +206,8 @@ struct ScalarDeltaProducer {
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     fence_regs(accU);
-#pragma unroll
-    for (int i = 0; i < size(accU); i += 2) {
-      const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      out.u(r, col0 + c, pack2<T>(accU(i), accU(i + 1)));
-    }
+    acc_row_pieces<64>([&](int i) { return pack2<T>(accU(i), accU(i + 1)); }, warp, g, t,
+                       [&](int r, int c, uint4 x) { out.u(r, col0 + c, x); });
   }
 
   // graw_c / braw_c: this chunk's raw gate and β (what load() fetched for it).
@@ -315,6 +316,7 @@ struct ScalarDeltaProducer {
       sqf[h] = pp.scale * sc.rq[r];
       bk[h] = DELTA ? sc.bet[r] * sc.rk[r] : 0.f;
     }
+    uint32_t aqw[DELTA ? kC / 4 : 1];  // [delta rule] Aqk's packed pairs, stored as row pieces below
 #pragma unroll
     for (int nb = 0; nb < kC / 8; ++nb) {
       const int c = 8 * nb + 2 * t;
@@ -332,7 +334,9 @@ struct ScalarDeltaProducer {
           d0 = c <= r ? __expf(gi[h] - gc.x) * kc.x : 0.f;
           d1 = c + 1 <= r ? __expf(gi[h] - gc.y) * kc.y : 0.f;
         }
-        out.aqk(r, c, pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1)));
+        const uint32_t aq = pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
+        if constexpr (DELTA) aqw[i / 2] = aq;
+        else out.aqk(r, c, aq);
         if (DELTA && nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
           const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
           const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
@@ -341,6 +345,7 @@ struct ScalarDeltaProducer {
       }
     }
     if constexpr (!DELTA) return;  // (the caller syncs before the scratch is reused)
+    acc_row_pieces<kC>([&](int i) { return aqw[i / 2]; }, warp, g, t, [&](int r, int c, uint4 x) { out.aqk(r, c, x); });
     warpgroup_sync<1>();
 
     // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks
@@ -375,16 +380,10 @@ struct ScalarDeltaProducer {
     warpgroup_wait<0>();
     fence_regs(accW);
     fence_regs(accU);
-#pragma unroll
-    for (int i = 0; i < size(accW); i += 2) {
-      const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      out.w(r, c, pack2<T>(accW(i), accW(i + 1)));
-    }
-#pragma unroll
-    for (int i = 0; i < size(accU); i += 2) {
-      const int r = acc_row(warp, g, i), c = acc_col(t, i);
-      out.u(r, c, pack2<T>(accU(i), accU(i + 1)));
-    }
+    acc_row_pieces<kK>([&](int i) { return pack2<T>(accW(i), accW(i + 1)); }, warp, g, t,
+                       [&](int r, int c, uint4 x) { out.w(r, c, x); });
+    acc_row_pieces<64>([&](int i) { return pack2<T>(accU(i), accU(i + 1)); }, warp, g, t,
+                       [&](int r, int c, uint4 x) { out.u(r, c, x); });
   }
 };
 

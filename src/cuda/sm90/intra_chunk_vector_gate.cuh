@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
     O* kgt = static_cast<O*>(p.KgT) + blk * kK * kC;
     T* kgt_lo = !WIDE && p.KgT_lo ? static_cast<T*>(p.KgT_lo) + blk * kK * kC : nullptr;
     const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
+    uint32_t kg_pend = 0, kg_pend_lo = 0;  // h = 0's words until h = 1's
 #pragma unroll
     for (int i = 0; i < kK / 2; i += 2) {
       const int h = (i >> 1) & 1, j = 16 * w + g + 8 * h, d = 8 * (i >> 2) + 2 * t;
@@ -220,13 +221,27 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
       if constexpr (WIDE) {  // float32 (d, j) and (d + 1, j)
         kgt[d * kC + j] = ka;
         kgt[(d + 1) * kC + j] = kb;
-      } else {
-        // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows
+      } else if constexpr (DELTA) {
+        // (j, d-pair) -> (d, j-pair): 4-byte stores along KgT's rows (the sector-pair form below
+        // made KDA's prep slower: docs/backward_v2_plan.md, session 40)
         const int64_t off = (8 * (i >> 2) + g) * kC + 16 * w + 8 * h + 2 * t;
         *reinterpret_cast<uint32_t*>(kgt + off) = movmatrix_trans(pack2<T>(ka, kb));
         if (kgt_lo) {  // [backward, split] the low halves
           const uint32_t lo = pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)));
           *reinterpret_cast<uint32_t*>(kgt_lo + off) = movmatrix_trans(lo);
+        }
+      } else {
+        // (j, d-pair) -> (d, j-pair) by movmatrix; the two token blocks (h = 0, 1) of a row of 8
+        // channels leave together, 8 bytes a lane (quad_sector_pair)
+        const uint32_t x = movmatrix_trans(pack2<T>(ka, kb));
+        const uint32_t xlo = kgt_lo ? movmatrix_trans(pack2<T>(ka - to_f(from_f<T>(ka)), kb - to_f(from_f<T>(kb)))) : 0u;
+        if (h == 0) {
+          kg_pend = x;
+          kg_pend_lo = xlo;
+        } else {
+          const int64_t off = (8 * (i >> 2) + g) * kC + 16 * w + 4 * t;
+          *reinterpret_cast<uint2*>(kgt + off) = quad_sector_pair(kg_pend, x, t);
+          if (kgt_lo) *reinterpret_cast<uint2*>(kgt_lo + off) = quad_sector_pair(kg_pend_lo, xlo, t);  // [backward, split]
         }
       }
     }
@@ -501,6 +516,7 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
   {
     O* aq = static_cast<O*>(p.Aqk) + blk * kC * kC;
     const float rkj[2] = {sm.rk[16 * w + g], sm.rk[16 * w + g + 8]};
+    uint32_t aq_pend = 0;
 #pragma unroll
     for (int I = 0; I < 4; ++I) {
 #pragma unroll
@@ -512,10 +528,14 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
         if constexpr (WIDE) {  // float32 (i, j) and (i + 1, j)
           aq[i * kC + j] = qa;
           aq[(i + 1) * kC + j] = qb;
-        } else {
-          uint32_t x = pack2<T>(qa, qb);
-          x = movmatrix_trans(x);
-          *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) = x;
+        } else if constexpr (DELTA) {  // 4-byte stores (as KgT's, above)
+          *reinterpret_cast<uint32_t*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 8 * h + 2 * t) =
+              movmatrix_trans(pack2<T>(qa, qb));
+        } else {  // h = 0's word waits for h = 1's: the row's 16 columns leave together
+          const uint32_t x = movmatrix_trans(pack2<T>(qa, qb));
+          if (h == 0) aq_pend = x;
+          else
+            *reinterpret_cast<uint2*>(aq + (16 * I + 8 * (e >> 2) + g) * kC + 16 * w + 4 * t) = quad_sector_pair(aq_pend, x, t);
         }
         if (DELTA && w <= I) {  // warp-uniform: block (I, w) of the lower triangle
           const float2 b2 = *reinterpret_cast<const float2*>(sm.bet + i);

@@ -161,22 +161,22 @@ struct RecurrenceConsumer {
   };
 
   // A (V column, token) tile in the accumulators' order as token rows: pair(i) packs elements i and
-  // i + 1; each 8x8 block is transposed in registers so that a lane holds two adjacent columns of
-  // one token (4-byte stores, 16 bytes per 4 lanes); rows below Lc only; predicated, no branch.
+  // i + 1; each 8x8 block is transposed in registers (a lane then holds two adjacent columns of one
+  // token) and a token's two blocks are exchanged across the quad (quad_sector_pair), so that a
+  // lane stores 8 bytes and a quad the warp's whole 32-byte sector of the row; rows below Lc only;
+  // predicated, no branch.
   // NB: the accumulator's 8-column blocks (kC / 8 for a token tile, kK / 8 for the state's channels).
   template <int NB = kC / 8, class Pair>
   __device__ __forceinline__ void store_rows(Pair&& pair, T* row0, int64_t stride, int Lc) const {
-    T* row = row0 + static_cast<int64_t>(g) * stride + 16 * warp + 2 * t;
+    T* row = row0 + static_cast<int64_t>(g) * stride + 16 * warp + 4 * t;
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const uint32_t x = movmatrix_trans(pair(4 * nb + 2 * hh));
-        asm volatile(
-            "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.b32 [%2], %3;\n}\n" ::"r"(8 * nb + g),
-            "r"(Lc), "l"(row + 8 * nb * stride + 8 * hh), "r"(x)
-            : "memory");
-      }
+    for (int nb = 0; nb < NB; ++nb) {
+      const uint2 x = quad_sector_pair(movmatrix_trans(pair(4 * nb)), movmatrix_trans(pair(4 * nb + 2)), t);
+      asm volatile(
+          "{\n .reg .pred p;\n setp.lt.s32 p, %0, %1;\n @p st.global.v2.b32 [%2], {%3, %4};\n}\n" ::"r"(8 * nb + g),
+          "r"(Lc), "l"(row + 8 * nb * stride), "r"(x.x), "r"(x.y)
+          : "memory");
+    }
   }
 
   // One chunk: reads stage st (whose tiles the caller made visible to the async proxy), then

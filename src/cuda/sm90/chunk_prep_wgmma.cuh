@@ -37,14 +37,22 @@ struct alignas(1024) PrepWgmmaSmem {
 // copied out row-wise (one thread a channel stored straight out wrote 16 bytes every 128: ncu
 // showed L2 at 75% against DRAM's 47%).
 template <class T, class E>
-__device__ __forceinline__ void write_qg_kgt(E* q, const E* k, const ScalarDeltaScratch& sc, float scale, int Lc,
+__device__ __forceinline__ void write_qg_kgt(E* q, const E* k, ScalarDeltaScratch& sc, float scale, int Lc,
                                              T* Qg, T* KgT, int tid) {
   static_assert(sizeof(E) == sizeof(T) && kC * kK * sizeof(E) == kK * kC * sizeof(T), "KgT staged in q's tile");
-  const float gC = sc.gam[kC - 1];
+  if (tid < kC) {  // the row factors once a token, in place of r_q and r_k (nothing reads those after)
+    const float gt = sc.gam[tid], gC = sc.gam[kC - 1];
+    const bool live = tid < Lc;
+    const float fq = live ? scale * sc.rq[tid] * __expf(gt) : 0.f;
+    const float fk = live ? sc.rk[tid] * __expf(gC - gt) : 0.f;
+    sc.rq[tid] = fq;
+    sc.rk[tid] = fk;
+  }
+  warpgroup_sync<1>();
 #pragma unroll
   for (int m = 0; m < kC * kK / 8 / kThreads; ++m) {  // Qg: piece e = row e / 16, channels 8 (e % 16) ..
     const int e = tid + kThreads * m, i = e >> 4, c0 = (e & 15) * 8;
-    const float f = i < Lc ? scale * sc.rq[i] * __expf(sc.gam[i]) : 0.f;
+    const float f = sc.rq[i];
     const uint4 x = *reinterpret_cast<const uint4*>(q + kmajor_off<kC>(i, c0));
     const E* xe = reinterpret_cast<const E*>(&x);
     uint4 o;
@@ -67,8 +75,7 @@ __device__ __forceinline__ void write_qg_kgt(E* q, const E* k, const ScalarDelta
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int t = 8 * m + 2 * j + h;
-        const float f = t < Lc ? sc.rk[t] * __expf(gC - sc.gam[t]) : 0.f;
-        x[h] = f * float(k[mnmajor_off(d, t) + (d & 7)]);
+        x[h] = sc.rk[t] * float(k[mnmajor_off(d, t) + (d & 7)]);
       }
       ow[j] = pack2<T>(x[0], x[1]);
     }
@@ -119,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_del
   if (DELTA && V > kVT) prod.u_tile(sm.vt.v1, out, kVT);
   if constexpr (!DELTA) {
     if (p.Qg) {  // the backward's recompute (no delta rule): Qg and KgT themselves, not their row factors
-      warpgroup_sync<1>();  // γ, r_q, r_k of every token
+      warpgroup_sync<1>();  // γ, r_q, r_k of every token; the products' reads of r_q, r_k done
       write_qg_kgt<T>(sm.q, sm.k, sm.sc, p.scale, ci.len, static_cast<T*>(p.Qg) + blk * kC * kK,
                       static_cast<T*>(p.KgT) + blk * kK * kC, tid);
     }

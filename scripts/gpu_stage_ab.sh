@@ -11,7 +11,8 @@
 #          place, in OLD_TREE (default /tmp/linattn-old), configured like gpu_setup.sh and built
 #          (default targets: linattn-run linattn_cuda_stage_bench; OLD_JOBS, default 6) into
 #          OLD_TREE/build. Run it in the background beside the new side's build
-#          (`bash scripts/gpu_stage_ab.sh --build-old & bash scripts/gpu_setup.sh; wait`): the two
+#          (`bash scripts/gpu_setup.sh --deps-only && { bash scripts/gpu_stage_ab.sh --build-old &
+#          bash scripts/gpu_setup.sh; wait; }`: the dependencies unpacked once, first): the two
 #          builds share the machine's cores and neither side is rebuilt afterwards.
 #   there: bash scripts/gpu_stage_ab.sh --run ROUNDS BENCH_ARGS...
 #          ROUNDS times, linattn_cuda_stage_bench BENCH_ARGS on the new side (BUILD_DIR, default

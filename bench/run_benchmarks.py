@@ -355,22 +355,29 @@ def select(items, ops, directions):
     """--ops: the union of its comma-separated tokens; a token VARIANT@SHAPE (variant key or family,
     shape key) selects the items of both. A family's name is also its plain variant's key and
     selects the whole family; a token starting with "=" (=kda, =kda@2x8192) is that variant key
-    alone."""
-    if ops:
-        want = set(ops.split(","))
-        exact = {w[1:] for w in want if w.startswith("=")}
-        want -= {w for w in want if w.startswith("=")}
-        pairs = {tuple(w.split("@", 1)) for w in want if "@" in w}
-        exact_pairs = {tuple(w.split("@", 1)) for w in exact if "@" in w}
+    alone. The items run in the order of the first token each matches (the suite's order within
+    a token), so that a call cut off by its time limit has measured the rows named first."""
+    if not ops:
+        return items
 
-        def hit(it):
-            if it[0].key in want or it[0].family in want or it[1].key in want or it[0].key in exact:
-                return True
-            return any((it[0].key == a or it[0].family == a) and it[1].key == b for a, b in pairs) or any(
-                it[0].key == a and it[1].key == b for a, b in exact_pairs)
+    def matches(tok, it):
+        var, shape = it[0], it[1]
+        exact = tok.startswith("=")
+        tok = tok[1:] if exact else tok
+        name, _, shape_key = tok.partition("@")
+        if shape_key and shape.key != shape_key:
+            return False
+        if exact:
+            return var.key == name
+        return var.key == name or var.family == name or (not shape_key and shape.key == name)
 
-        items = [it for it in items if hit(it)]
-    return items
+    tokens = [t for t in ops.split(",") if t]
+    ranked = []
+    for pos, it in enumerate(items):
+        rank = next((i for i, t in enumerate(tokens) if matches(t, it)), None)
+        if rank is not None:
+            ranked.append((rank, pos, it))
+    return [it for _, _, it in sorted(ranked, key=lambda r: (r[0], r[1]))]
 
 
 def cpu_section(args, runner_factory, ours, budget_left) -> list[dict]:
@@ -405,6 +412,18 @@ def cpu_section(args, runner_factory, ours, budget_left) -> list[dict]:
 
 def fmt_ms(res: dict) -> str:
     return f"{res['median_ms']:.3f} ms" if res.get("status") == "ok" else res.get("status", "?")
+
+
+def suite_order(rows: list) -> list:
+    """Rows in the suite's variant order (gpu_variants, then the issue's own), whatever run each
+    came from, so that a merge does not move the report's sections; rows of variants outside
+    that list keep their order after it, and rows of one variant their order among themselves."""
+    known = [v.key for v in problems.gpu_variants()] + [v.key for v in problems.issue_variants()]
+    rank = {k: i for i, k in enumerate(known)}
+    first: dict = {}
+    for r in rows:
+        first.setdefault(r.get("variant"), len(known) + len(first))
+    return sorted(rows, key=lambda r: rank.get(r.get("variant"), first[r.get("variant")]))
 
 
 def prune_merged_runs(env: dict, rows: list) -> None:
@@ -442,6 +461,7 @@ def render(json_path: str, report_path: str, replot: bool = False) -> int:
                           for v, s in problems.gpu_work(False, "--varlen-all" in cmd.split())]
     # (also results.json written before --merge recorded what it dropped or rows their run)
     prune_merged_runs(env, doc.get("rows", []))
+    doc["rows"] = suite_order(doc.get("rows", []))
     src = os.path.dirname(os.path.abspath(json_path))
     if replot:
         for f in os.listdir(src):  # plots of variants without rows would otherwise stay behind
@@ -554,7 +574,7 @@ def main(argv=None) -> int:
         for r in state["rows"]:  # which run measured each row: the report lists only runs with rows left
             r.setdefault("run", env["run_id"])
         new = {rowkey(r) for r in state["rows"]}
-        merged = [r for r in old_rows if rowkey(r) not in new] + state["rows"]
+        merged = suite_order([r for r in old_rows if rowkey(r) not in new] + state["rows"])
         prune_merged_runs(env, merged)
         doc = dict(state, rows=merged, notes=state["notes"] + ref.notes)
         with open(json_path + ".tmp", "w") as f:

@@ -152,6 +152,11 @@ def test_select():
     check(keys("=kda@2x8192") == {("kda", "2x8192")}, "--ops =KEY@SHAPE: that variant alone")
     check({v for v, _ in keys("=kda")} == {"kda"} and len(keys("=kda")) > 1, "--ops =KEY: that variant at every shape")
     check(keys("=kda@2x8192,=gla@2x8192") == {("kda", "2x8192"), ("gla", "2x8192")}, "=KEY tokens combine")
+    check(keys("2x8192") == {(v.key, s.key) for v, s in items if s.key == "2x8192"}, "--ops SHAPE: every variant there")
+    order = [(v.key, s.key) for v, s in run_benchmarks.select(items, "gla@2x8192,=gdn@1x8192,kda@2x8192", None)]
+    check(order[:2] == [("gla", "2x8192"), ("gdn", "1x8192")] and order[2] == ("kda", "2x8192")
+          and len(order) == 2 + len(keys("kda@2x8192")),
+          f"--ops: items in the order of the tokens they match, the suite's within one ({order[:3]})")
 
 
 def test_merge(tmp):
@@ -161,6 +166,8 @@ def test_merge(tmp):
     run_benchmarks.main(base + ["--ops", "gla"])
     run_benchmarks.main(base + ["--ops", "gdn", "--merge"])
     check(families() == {"gla", "gdn"}, f"--merge keeps rows of the same device ({sorted(families())})")
+    order = [r["variant"] for r in json.load(open(os.path.join(out, "results.json")))["rows"]]
+    check(order.index("gdn") < order.index("gla"), f"--merge keeps the suite's variant order ({order[:4]})")
     path = os.path.join(out, "results.json")
     doc = json.load(open(path))
     doc["environment"]["device"] = "some other GPU"

@@ -2,11 +2,12 @@
 // (profilers, the per-stage split of the backward). The side-by-side suite against FLA is
 // bench/run_benchmarks.py; this binary times linattn alone, from C++, with no Python in the way.
 //
-//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]
+//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla] [--stages]
 //       bf16, K = V = 128: KDA H = HV = 32 (in-kernel gate with FLA's initialisation; "steep":
 //       A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); safe_gate with L = -5) and GDN H = 16, HV = 32.
 //       CUDA events, 5 warm-ups, the median of 40 calls, 4 input sets rotated to defeat L2.
-//       Settings match bench/fla_forward_times.py.
+//       Settings match bench/fla_forward_times.py. --stages: per-stage times of one more call
+//       (host/forward_stages.hpp names them; "[fwd profile]" lines).
 //   linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]
 //       [--gate softplus|softplus_fla|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]
 //       [--B 2] [--T 8192] [--H 32] [--HV 32] [--K 128] [--V 128]
@@ -36,6 +37,7 @@
 #include "common/problem.hpp"
 #include "cuda/common/chunk_bwd.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/host/forward_stages.hpp"
 #include "cuda/host/stage_timer.hpp"
 
 namespace linattn::bench {
@@ -108,7 +110,7 @@ void fill_dev(void* p, DType dt, int64_t n, int mode, int slot) {
 // KDA gate parameters: realistic = the FLA / Kimi Linear layer initialisation (A = exp(A_log) ~ U(1, 16),
 // dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)); steep = A_log ~ U(0, 2.7), dt_bias ~ N(0, 1)
 // (per-token gates down to about -15: most 16-token diagonal blocks take the exact per-element path).
-int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool safe, bool steep) {
+int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool safe, bool steep, bool stages) {
   const int64_t K = 128, V = 128;
   const int rot = 4;
   const DType bf = DType::kBFloat16;
@@ -210,13 +212,24 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
     cudaEventElapsedTime(&ms, e0, e1);
     ts.push_back(ms);
   }
+  const char* name = kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda"))
+                         : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : "simple_gla"));
   const cudaError_t err = cudaGetLastError();
   std::sort(ts.begin(), ts.end());
-  std::printf("linattn %-14s B=%lld T=%lld H=%lld HV=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n",
-              kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda"))
-                  : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : "simple_gla")),
+  std::printf("linattn %-14s B=%lld T=%lld H=%lld HV=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n", name,
               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
               static_cast<long long>(HV), ts[ts.size() / 2], ts[0], wsb / 1048576.0);
+  if (stages && err == cudaSuccess) {  // one more call of the same path through the backend, marking its stages
+    detail::Problem p;
+    s = detail::resolve_forward(fam, ins[0], out, opt, &p);
+    cuda::StageTimer timer;
+    if (s.ok()) s = cuda::forward(p, ins[0], out, Workspace{ws, wsb}, nullptr, &timer);
+    if (!s.ok()) {
+      std::fprintf(stderr, "forward (stages): %s\n", s.message.c_str());
+      return 1;
+    }
+    timer.print(stdout, (std::string("[fwd profile] ") + name).c_str());
+  }
   std::fflush(stdout);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -232,14 +245,15 @@ int run_forward(const Args& a) {
   // --H n: every family at H = HV = n (GDN without GVA); default: 32, GDN H = 16 with HV = 32
   const int64_t H = a.num("H", 32), gdn_h = a.has("H") ? H : 16;
   const std::string only = a.str("only", "");
+  const bool st = a.has("stages");
   int rc = 0;
-  if (selected(only, "kda")) rc |= forward_one(Family::kKDA, B, T, H, H, false, false);
-  if (selected(only, "kda_steep")) rc |= forward_one(Family::kKDA, B, T, H, H, false, true);
-  if (selected(only, "kda_safe_gate")) rc |= forward_one(Family::kKDA, B, T, H, H, true, true);
-  if (selected(only, "gdn")) rc |= forward_one(Family::kGDN, B, T, gdn_h, H, false, false);
+  if (selected(only, "kda")) rc |= forward_one(Family::kKDA, B, T, H, H, false, false, st);
+  if (selected(only, "kda_steep")) rc |= forward_one(Family::kKDA, B, T, H, H, false, true, st);
+  if (selected(only, "kda_safe_gate")) rc |= forward_one(Family::kKDA, B, T, H, H, true, true, st);
+  if (selected(only, "gdn")) rc |= forward_one(Family::kGDN, B, T, gdn_h, H, false, false, st);
   // GLA / simple GLA (g and g_gamma) at H = HV: only when named in --only
-  if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, H, H, false, false);
-  if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, H, H, false, false);
+  if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, H, H, false, false, st);
+  if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, H, H, false, false, st);
   return rc;
 }
 
@@ -414,7 +428,7 @@ int run_backward(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla]\n"
+               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla] [--stages]\n"
                "       linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]\n"
                "           [--gate softplus|softplus_fla|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
                "           [--B n] [--T n] [--H n] [--HV n] [--K n] [--V n]\n");

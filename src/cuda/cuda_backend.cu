@@ -16,7 +16,9 @@
 #include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
+#include "cuda/host/forward_stages.hpp"
 #include "cuda/host/saved_buffer.hpp"
+#include "cuda/host/stage_timer.hpp"
 
 namespace linattn::cuda {
 namespace {
@@ -65,7 +67,7 @@ struct WsLayout {
 // states, then the pass over the segment map from those states. sp: the whole-sequence pass's
 // parameters.
 cudaError_t launch_split_state(const Problem& p, const WsLayout& lay, unsigned char* base, kern::StateParams sp,
-                               cudaStream_t st) {
+                               cudaStream_t st, StageTimer* timer) {
   const int dt = dtype_code(p.dtype);
   const auto* segs = reinterpret_cast<const kern::SeqInfo*>(base + lay.segs);
   float* hseg = reinterpret_cast<float*>(base + lay.hseg);
@@ -88,13 +90,16 @@ cudaError_t launch_split_state(const Problem& p, const WsLayout& lay, unsigned c
     kern::StateParams ta = sp;
     ta.trans = reinterpret_cast<float*>(base + lay.trans);
     ta.ht = nullptr;  // (h0: the sequences' own, read by their first segments)
+    if (timer) timer->mark("segments", st);
     cudaError_t e = kern::launch_recurrence_wgmma(dt, ta, st);
     if (e != cudaSuccess) return e;
   }
+  if (timer) timer->mark("combine", st);
   cudaError_t e = kern::launch_segment_combine(cp, st);
   if (e != cudaSuccess) return e;
   sp.h0 = hseg;
   sp.h0_dt = dtype_code(DType::kFloat32);
+  if (timer) timer->mark("state", st);
   return kern::launch_recurrence_wgmma(dt, sp, st);
 }
 
@@ -126,6 +131,11 @@ std::size_t saved_bytes(const Problem& p) {
 
 Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
                Stream stream) {
+  return forward(p, in, out, ws, static_cast<cudaStream_t>(stream), nullptr);
+}
+
+Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& out, Workspace ws,
+               cudaStream_t st, StageTimer* timer) {
   Status s = config::can_implement(p, "forward");
   if (!s.ok()) return s;
   s = check_aligned({{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
@@ -133,7 +143,6 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
                      {"o", &out.o}, {"final_state", &out.final_state}, {"h", &out.h},
                      {"state_map_o", &out.state_map_o}, {"state_map_final", &out.state_map_final}});
   if (!s.ok()) return s;
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
   const bool state_map = out.state_map_o.present();
   if (state_map && (out.saved.present() || out.h.present())) {
     return Status::Unsupported("state_map_o / state_map_final cannot be combined with saved or h");
@@ -186,6 +195,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
       mp.segs = reinterpret_cast<kern::SeqInfo*>(base + lay.segs);
       mp.seg_chunks = lay.seg_chunks;
     }
+    if (timer) timer->mark("maps", st);
     e = kern::launch_chunk_maps(mp, st);
     if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
@@ -206,6 +216,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     }
     pp.Aqk = Aqk;
     pp.gexp = reinterpret_cast<float*>(gexp);
+    if (timer) timer->mark("prep", st);
     // GDN, simple GLA, KDA and GLA on Hopper: the chunk-local work on warpgroup MMAs (src/cuda/sm90/)
     e = kern::prep_wgmma_applies(dt, p.vector_gate, pp)
             ? kern::launch_prep_wgmma(dt, p.vector_gate, pp, st)
@@ -262,13 +273,15 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
       return Status::Unsupported("state_map_o / state_map_final: this shape does not run the wgmma pass");
     }
     if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
-      e = launch_split_state(p, lay, base, sp, st);
+      e = launch_split_state(p, lay, base, sp, st, timer);
       if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);
     } else {
+      if (timer) timer->mark("state", st);
       e = kern::launch_state(dt, sp, static_cast<int>(ft.smem), st);
       if (e != cudaSuccess) return cuda_error("chunk_state launch", e);
     }
   }
+  if (timer) timer->mark("end", st);
   // keep_chunk_local: the header last, naming what the buffer was written for
   if (keep) return host::write_saved_header(p, config::compute_of(p), out.saved.data, st);
   return Status::Ok();

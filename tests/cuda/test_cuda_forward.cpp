@@ -15,6 +15,8 @@
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/host/forward_stages.hpp"
+#include "cuda/host/stage_timer.hpp"
 
 namespace linattn::test {
 namespace {
@@ -23,7 +25,9 @@ namespace {
 
 // Runs the CUDA forward; outputs copied back to host tensors. graph: the call is captured into a
 // CUDA graph (global capture mode, as frameworks capture) on a fresh stream and the graph launched.
-Status run_cuda(const Case& c, const Inputs& x, FwdResult* r, cudaStream_t stream = nullptr, bool graph = false) {
+// timer: the backend's forward called directly with its stages marked (the stage bench's form).
+Status run_cuda(const Case& c, const Inputs& x, FwdResult* r, cudaStream_t stream = nullptr, bool graph = false,
+                cuda::StageTimer* timer = nullptr) {
   std::vector<DevBuf> keep;
   keep.reserve(32);
   ForwardInputs in = forward_views(x, true, keep);
@@ -54,6 +58,13 @@ Status run_cuda(const Case& c, const Inputs& x, FwdResult* r, cudaStream_t strea
     if (g) cudaGraphDestroy(g);
     cudaStreamDestroy(stream);
     if (!s.ok()) return s;
+  } else if (timer) {
+    detail::Problem p;
+    s = detail::resolve_forward(c.fam, in, out, opt, &p);
+    if (!s.ok()) return s;
+    s = cuda::forward(p, in, out, Workspace{ws.p, ws_bytes}, stream, timer);
+    if (!s.ok()) return s;
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return {StatusCode::kBackendError, "sync failed"};
   } else {
     s = forward(c.fam, in, out, opt, Workspace{ws.p, ws_bytes}, stream);
     if (!s.ok()) return s;
@@ -258,6 +269,41 @@ TEST(CudaForward, SmallDeterministic) {
     c.inter = true;
     expect_repeatable(c);
   }
+}
+
+// The forward with its stages marked (linattn_cuda_stage_bench forward --stages) is the product's
+// forward: bitwise the same outputs, and the stages host/forward_stages.hpp names, each timed.
+TEST(CudaForward, SmallStagesMarked) {
+  SKIP_WITHOUT_GPU();
+  for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA})
+    for (bool few_chains : {false, true}) {
+      Case c = fam == Family::kKDA || fam == Family::kGDN ? Case{} : no_delta_case(fam);
+      c.fam = fam;
+      if (few_chains) {  // one long chain: the sequence split where the shape picks it
+        c.B = 1;
+        c.H = c.HV = 1;
+        c.K = c.V = 128;
+        c.T = 4100;
+      } else {
+        c.cu = {0, 100, 300, 301, 520};
+        c.T = 520;
+      }
+      c.final_state = true;
+      SCOPED_TRACE(c.name());
+      const Inputs x = make_inputs(c, /*backward=*/false);
+      FwdResult a, b;
+      cuda::StageTimer timer;
+      ASSERT_TRUE(run_cuda(c, x, &a).ok());
+      ASSERT_TRUE(run_cuda(c, x, &b, nullptr, false, &timer).ok());
+      EXPECT_EQ(a.o.bytes, b.o.bytes);
+      EXPECT_EQ(a.ht.bytes, b.ht.bytes);
+      std::string names;
+      for (const auto& [name, ms] : timer.stages()) {
+        names += (names.empty() ? "" : ",") + name;
+        EXPECT_GE(ms, 0.f) << name;
+      }
+      EXPECT_TRUE(names == "maps,prep,state" || names == "maps,prep,segments,combine,state") << names;
+    }
 }
 
 // Graph capture: no host sync or allocation inside the call (the chunk maps come from the host

@@ -2,7 +2,7 @@
 # On the GPU machine: the four compute-sanitizer tools over the GPU suite's small cases
 # (build-gpu/linattn_cuda_tests, tests whose names contain "Small": the forward, the backward,
 # the bad-input and gate-semantics cases of tests/cuda/test_cuda_bad_input.cpp), one call, each
-# tool under its own time limit so that the whole run fits in about 5 minutes after the build:
+# tool under its own time limit so that the whole run fits in about 6.5 minutes after the build (the default budgets):
 #   memcheck   (out-of-bounds / misaligned accesses): the bad-input and gate cases, then every
 #              other small case                LINATTN_SAN_MEMCHECK_HARD_S (60), LINATTN_SAN_MEMCHECK_S (90)
 #              (LINATTN_SAN_MEMCHECK_OPTS="--leak-check full" adds the device-memory leak check)

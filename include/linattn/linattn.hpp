@@ -133,12 +133,14 @@ struct Options {
                                          // forward's, which is then refused as too small)
   bool keep_chunk_local = false;         // training, GLA on CUDA (Hopper, 16-bit, K = 128): the
                                          // forward keeps its chunk-local intermediates (Q ⊙ e^γ,
-                                         // (K ⊙ e^-γ)ᵀ, the masked Q Kᵀ, e^γ_C; about what FLA's
-                                         // GLA keeps) in `saved` (saved_bytes), and the backward
-                                         // reads them and recomputes only the chunk states, with
-                                         // bitwise the same results. saved_bytes is 0 where it does
-                                         // not apply (then pass no saved buffer). Not together
-                                         // with disable_recompute, which keeps the states too
+                                         // (K ⊙ e^-γ)ᵀ, the masked Q Kᵀ, e^γ_C) and the chunk-start
+                                         // states its pass reaches (16-bit; float32 with
+                                         // state_v_first) in `saved` (saved_bytes), and the
+                                         // backward reads them and recomputes nothing before its
+                                         // dh pass, with bitwise the same results. saved_bytes is
+                                         // 0 where it does not apply (then pass no saved buffer).
+                                         // Not together with disable_recompute (another layout
+                                         // of the same idea) nor with the forward's h output
   // CUDA backward (KDA, GDN): numerics, workspace size and the saved buffer's layout (above).
   BackwardPrecision backward_precision = BackwardPrecision::kAuto;
 };

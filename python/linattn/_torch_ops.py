@@ -496,8 +496,9 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     # (CUDA on Hopper, Options::keep_chunk_local: the backward then skips chunk_prep, with bitwise
     # the same gradients), as FLA's GLA keeps its gate cumsum and A; elsewhere saved_bytes is 0 and
     # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
+    # (not with return_intermediate_states: the kept states are where h would be written)
     keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
-            and torch.is_grad_enabled()
+            and not return_intermediate_states and torch.is_grad_enabled()
             and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
     o, fs, h, _, qmap, mmap = _chunk_fwd_call(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),

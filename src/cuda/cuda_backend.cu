@@ -157,6 +157,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
       return Status::Invalid("saved is smaller than saved_bytes");
     if (reinterpret_cast<std::uintptr_t>(out.saved.data) % config::kAlign != 0)
       return Status::Invalid("saved must be 256-byte aligned on CUDA (as allocations are)");
+    // the state pass writes the states into saved (SavedLayout), which is where h would go
+    if (out.h.present())
+      return Status::Unsupported("keep_chunk_local keeps the chunk-start states in saved: it cannot be combined with "
+                                 "h (return_intermediate_states); pass no saved buffer");
   }
   DeviceGuard device;
   if (Status ds = device.enter(p.device.index); !ds.ok()) return ds;
@@ -173,13 +177,17 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   // chunk_prep's outputs: in the workspace, or (keep_chunk_local) where the saved buffer keeps them
   unsigned char *Qg = base + lay.Qg, *KgT = base + lay.KgT, *Aqk = base + lay.Aqk, *gexp = base + lay.gexp;
-  if (keep) {
+  void* h = out.h.present() ? out.h.data : nullptr;  // the chunk-start states, where asked for
+  int h_dt = out.h.present() ? dtype_code(out.h.dtype) : 2;
+  if (keep) {  // and the states, for the backward (it then recomputes nothing before pass 1)
     const host::SavedLayout sl(p, config::compute_of(p));
     unsigned char* sv = static_cast<unsigned char*>(out.saved.data);
     Qg = sv + sl.front.Qg;
     KgT = sv + sl.front.KgT;
     Aqk = sv + sl.front.Aqk;
     gexp = sv + sl.front.gexp;
+    h = sv + sl.front.h;
+    h_dt = sl.front.h_dt;
   }
 
   // chunk and sequence maps from the validated host offsets, passed as kernel parameters (no
@@ -248,8 +256,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.h0_dt = p.has_h0 ? dtype_code(in.initial_state.dtype) : 2;
     sp.ht = out.final_state.present() ? out.final_state.data : nullptr;
     sp.ht_dt = out.final_state.present() ? dtype_code(out.final_state.dtype) : 2;
-    sp.h = out.h.present() ? out.h.data : nullptr;
-    sp.h_dt = out.h.present() ? dtype_code(out.h.dtype) : 2;
+    sp.h = h;
+    sp.h_dt = h_dt;
     sp.o = out.o.data;  // hs null: the fused kernel (V_new, O, S update in one pass)
     if (state_map) {
       sp.map_o = out.state_map_o.data;
@@ -272,7 +280,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // (checked above; outputs untouched)
       return Status::Unsupported("state_map_o / state_map_final: this shape does not run the wgmma pass");
     }
-    if (lay.seg_chunks > 0 && kern::recurrence_wgmma_applies(dt, sp)) {
+    // (not where the pass writes every chunk's state: h, asked for or kept, needs the whole chains)
+    if (lay.seg_chunks > 0 && sp.h == nullptr && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st, timer);
       if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);
     } else {

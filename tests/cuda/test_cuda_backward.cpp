@@ -1174,9 +1174,10 @@ Status plain_forward(const Case& c, const Inputs& x, HostTensor* o, HostTensor* 
   return Status::Ok();
 }
 
-// keep_chunk_local (GLA): the forward keeps chunk_prep's outputs in `saved` and the backward reads
-// them instead of running chunk_prep: o and the final state bitwise the plain forward's, every
-// gradient bitwise the recomputing backward's, the workspaces smaller. A buffer it wrote is
+// keep_chunk_local (GLA): the forward keeps chunk_prep's outputs and the chunk-start states in
+// `saved` and the backward reads them instead of running chunk_prep and the state recompute: o and
+// the final state bitwise the plain forward's, every gradient bitwise the recomputing backward's,
+// the workspaces smaller (the backward's by at least its front half); not together with h. A buffer it wrote is
 // refused by a backward without the option. Where it does not apply (another device than sm_90,
 // K != 128, float32) saved_bytes is 0 and a saved buffer is refused with nothing written.
 TEST(CudaBackward, GlaSmallKeepChunkLocal) {
@@ -1224,6 +1225,45 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
       continue;
     }
     EXPECT_LT(nws_keep, nws_plain);
+    {  // the backward's workspace: no front half at all (the states are the saved buffer's too)
+      BackwardInputs bin = in;
+      DevBuf one(256);
+      bin.saved = make_view(one.p, DType::kUInt8, {256}, Device{DeviceType::kCUDA, 0});
+      std::size_t bws_keep = 0, bws_plain = 0;
+      ASSERT_TRUE(backward_workspace_size(c.fam, bin, opt, &bws_keep).ok());
+      ASSERT_TRUE(backward_workspace_size(c.fam, in, make_options(c), &bws_plain).ok());
+      const int64_t nb = (c.cu.empty() ? c.B * ((c.T + 63) / 64) : 0) * c.HV;
+      if (nb > 0) {  // at least the states' bytes fewer (and Qg, KgT, Aqk, gexp: more than draw's own rows)
+        const std::size_t states = static_cast<std::size_t>(nb) * 128 * 128 * (c.v_first ? 4 : 2);
+        EXPECT_LE(bws_keep + states, bws_plain) << bws_keep << " vs " << bws_plain;
+      } else {
+        EXPECT_LT(bws_keep, bws_plain);
+      }
+    }
+    {  // not with h (return_intermediate_states): the states go where h would; refused, nothing written
+      {
+        DevBuf saved(nsaved), ws(nws_keep);
+        const int64_t b_h = c.varlen() ? 1 : c.B;  // as forward_outputs shapes h
+        HostTensor o = x.v;
+        HostTensor h = c.v_first ? HostTensor(DType::kFloat32, {b_h, x.NT, c.HV, c.V, c.K})
+                                 : HostTensor(DType::kFloat32, {b_h, x.NT, c.HV, c.K, c.V});
+        o.poison();
+        h.poison();
+        ForwardOutputs fo;
+        fo.o = upload(o, keep);
+        fo.h = upload(h, keep);
+        fo.saved = make_view(saved.p, DType::kUInt8, {static_cast<int64_t>(nsaved)}, Device{DeviceType::kCUDA, 0});
+        const Status s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws_keep}, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+        EXPECT_NE(s.message.find("return_intermediate_states"), std::string::npos) << s.message;
+        HostTensor o2 = o, h2 = h;
+        download(fo.o, o2);
+        download(fo.h, h2);
+        EXPECT_EQ(o2.bytes, o.bytes) << "o was written";
+        EXPECT_EQ(h2.bytes, h.bytes) << "h was written";
+      }
+    }
     HostTensor o_plain, ht_plain, o, ht;
     ASSERT_TRUE(plain_forward(c, x, &o_plain, &ht_plain).ok());
     Grads rec, kept;

@@ -485,8 +485,8 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
 // backward workspace at that shape is Qg, KgT 2 x 128, Aqk 64, gexp 4, h, dh 2 x 256 (the partials,
 // where any, in the front region).
 // With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
-// KgT, Aqk and gexp are the caller's and read-only; the rest of the front half (h, and U where it
-// is written) stays in the workspace, and chunk_prep does not run.
+// KgT, Aqk, gexp and h are the caller's and read-only (its forward's chunk_prep and state pass
+// wrote them): neither chunk_prep nor the state recompute runs, and pass 1 runs alone.
 enum class SavedKind { kNone, kAll, kChunkLocal };
 struct ChunkPlan {
   static constexpr std::size_t kNone = ~std::size_t{0};
@@ -563,11 +563,14 @@ struct ChunkPlan {
       if (!no_delta_rows) f.U = dY;
       f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
       if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
-      h16 = !p.delta && !f32 && !split && !p.opt.state_v_first &&
-            kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(K), static_cast<int>(V));
-      f.h_dt = h16 ? dtype_code(p.dtype) : 2;
-      // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
-      f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));
+      f.h_dt = host::state_dtype_code(p, compute);
+      h16 = f.h_dt != 2;
+      if (!local) {
+        // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
+        f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));
+      } else {  // h is the saved buffer's (read-only): draw's rows get their own 32 bytes a channel
+        draw = o; o = align_up(o + nb * K * 32);
+      }
       // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
       // Hopper state pass writes it regardless)
       if (p.delta || f32) { f.vnew = o; o = align_up(o + nb * kC * V * es); }
@@ -581,7 +584,7 @@ struct ChunkPlan {
       dY_lo = o; o = align_up(o + nb * kC * V * es);
     }
     // h and dh (dh and dN from saved) are dead after pass 2; pq .. pb are not
-    draw = saved ? dh : f.h;
+    if (!local) draw = saved ? dh : f.h;
     da = saved ? dN : dh;
     total = o;
   }
@@ -701,8 +704,6 @@ int in_dt_of(const detail::Problem& p, int cdt) {
 // intermediates the backward reads, recomputed by the backward or kept by a forward with a saved
 // buffer (the same kernels with the same inputs: bitwise the same values). A timer (benchmarks)
 // gets a "state" mark between the two.
-// prep false: chunk_prep's outputs are given (a chunk-local saved buffer, GLA); the state pass
-// must then read the v rows (no U is written).
 // deferred (the backward): where the state pass is the one bwd_chains_apply may fuse with pass 1
 // (the recompute reading the v rows), its parameters and shared memory go there and it does not
 // launch; the caller launches it, alone or with pass 1.
@@ -712,7 +713,7 @@ struct DeferredState {
   int smem = 0;
 };
 Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool split, const FrontBufs& b,
-                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr, bool prep = true,
+                 const FrontOutputs& fo, cudaStream_t st, StageTimer* timer = nullptr,
                  DeferredState* deferred = nullptr) {
   const int K = static_cast<int>(p.K), V = static_cast<int>(p.V);
   cudaError_t e = cudaSuccess;
@@ -758,11 +759,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     rows.v_raw = f.v.data;
     if (kern::recurrence_wgmma_applies(cdt, rows)) sp = rows;
   }
-  if (!prep && sp.U != nullptr)
-    return {StatusCode::kBackendError, "CUDA backward: chunk-local saved buffer, but the state pass would read U"};
   if (!p.delta && sp.U == nullptr && sp.v_raw == nullptr)  // (ChunkPlan::no_delta_rows disagrees with the launch)
     return {StatusCode::kBackendError, "CUDA backward: the state pass would read U, which the workspace plan left out"};
-  if (prep && p.num_chunks > 0) {
+  if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, f);
     // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
     pp.in_dt = in_dt_of(p, cdt);
@@ -922,13 +921,15 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   FrontBufs fb = from_saved ? front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front,
                                          base, pl.seqs, pl.chunks)
                             : front_bufs(base, pl.front, base, pl.seqs, pl.chunks);
-  if (kind == SavedKind::kChunkLocal) {  // chunk_prep's outputs from the forward (read-only)
+  if (kind == SavedKind::kChunkLocal) {  // chunk_prep's outputs and the states from the forward (read-only)
     const FrontBufs sv = front_bufs(static_cast<unsigned char*>(in.saved.data), SavedLayout(p, compute).front, base,
                                     pl.seqs, pl.chunks);
     fb.Qg = sv.Qg;
     fb.KgT = sv.KgT;
     fb.Aqk = sv.Aqk;
     fb.gexp = sv.gexp;
+    fb.h = sv.h;
+    fb.h_dt = sv.h_dt;
   }
   // Every kernel reads the caller's q, k, v, dO (in_dt: their type where the compute type is
   // float32 and they are 16-bit; converted as loaded). The finish kernels write dq, dk, dv in the
@@ -940,12 +941,10 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
   };
   const bool local = kind == SavedKind::kChunkLocal;
   DeferredState deferred;  // the state pass, where it may run in one kernel with pass 1
-  mark(from_saved ? "pass1" : local ? "state" : "prep");
-  if (!from_saved) {
-    // ---- recompute the forward's chunk intermediates (unless given), plus M⁻¹, h and V_new (no output)
-    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, local ? nullptr : timer, !local, &deferred);
-        !fs.ok())
-      return fs;
+  mark(from_saved || local ? "pass1" : "prep");
+  if (!from_saved && !local) {
+    // ---- recompute the forward's chunk intermediates, plus M⁻¹, h and V_new (no output)
+    if (Status fs = run_front(p, f, cdt, pl.split, fb, FrontOutputs{}, st, timer, &deferred); !fs.ok()) return fs;
     mark("pass1");
   }
   bool dv_from_pass1 = false;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/common/chunk_fwd.hpp"
 #include "cuda/common/host_util.hpp"
 #include "cuda/config/limits.hpp"
 
@@ -19,7 +20,7 @@ constexpr char kSavedMagic[8] = {'L', 'N', 'A', 'C', 'U', 'D', 'A', '1'};
 struct SavedHeader {
   char magic[8];
   int32_t family, dtype, compute, v_first;
-  int32_t chunk_local, pad;  // 1: Options::keep_chunk_local's layout (no states)
+  int32_t chunk_local, pad;  // 1: Options::keep_chunk_local's layout (SavedLayout)
   int64_t tokens, N, H, HV, K, V, num_chunks;
   uint64_t layout;  // detail::saved_problem_hash
 };
@@ -51,6 +52,13 @@ __global__ void write_saved_header_kernel(const SavedHeader h, unsigned char* ds
 
 }  // namespace
 
+int state_dtype_code(const detail::Problem& p, Compute compute) {
+  const config::ComputeForm cf(p.dtype, compute);
+  const bool h16 = !p.delta && !cf.f32 && !cf.split && !p.opt.state_v_first &&
+                   kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V));
+  return h16 ? dtype_code(p.dtype) : 2;
+}
+
 SavedLayout::SavedLayout(const detail::Problem& p, Compute compute) {
   const config::ComputeForm cf(p.dtype, compute);
   const std::size_t es = cf.f32 ? 4 : 2;
@@ -58,11 +66,16 @@ SavedLayout::SavedLayout(const detail::Problem& p, Compute compute) {
   const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
   FrontOffsets& f = front;
   std::size_t o = kSavedHeaderBytes;
-  if (p.opt.keep_chunk_local) {  // GLA's chunk-local intermediates as the plain forward's chunk_prep writes them
+  if (p.opt.keep_chunk_local) {
+    // GLA's chunk-local intermediates as the plain forward's chunk_prep writes them, and the states
+    // its state pass reaches (the recompute's values: the same pass over the same operands), in
+    // the type the backward's pass 2 reads
     f.Qg = o; o = align_up(o + nb * kC * K * es);
     f.KgT = o; o = align_up(o + nb * kC * K * es);
     f.Aqk = o; o = align_up(o + nb * kC * kC * es);
     f.gexp = o; o = align_up(o + nb * K * 4);
+    f.h_dt = state_dtype_code(p, compute);
+    f.h = o; o = align_up(o + nb * K * V * (f.h_dt == 2 ? 4 : es));
     total = o;
     return;
   }

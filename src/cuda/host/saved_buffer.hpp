@@ -6,7 +6,8 @@
 // reads after that half; a backward given `saved` skips it. Layout: a header (what the buffer was
 // written for) in the first kSavedHeaderBytes, then per (chunk, value head) blocks of W, Qg, KgT
 // [64][K], Aqk and M⁻¹ [64][64], V_new [64][V] in the compute type (with the split form's KgT and
-// V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32).
+// V_new low halves), e^{γ_C} [K] and the chunk-start states h [K][V] (float32). Options::
+// keep_chunk_local (GLA) keeps a subset from its plain forward instead (SavedLayout).
 #pragma once
 
 #include <cstddef>
@@ -29,8 +30,14 @@ struct FrontOffsets {
   int h_dt = 2;  // h's element type: float32, or the compute type's code (the backward's own, ChunkPlan)
 };
 
+// h's element type (a dtype code) in the backward's buffers, the recompute's and a chunk-local
+// saved buffer's alike: the compute type where the Hopper state pass writes it for pass 2 (no delta
+// rule, 16-bit compute, K-major h: pass 2 reads it only as its 16-bit S operand), float32 otherwise.
+int state_dtype_code(const detail::Problem& p, config::Compute compute);
+
 // The saved buffer's layout for problem p in compute form `compute` (total: saved_bytes()). With
-// Options::keep_chunk_local only Qg, KgT, Aqk and gexp, where GLA's plain forward writes them.
+// Options::keep_chunk_local Qg, KgT, Aqk and gexp, where GLA's plain forward's chunk_prep writes
+// them, and the chunk-start states h (state_dtype_code), which its state pass writes beside O.
 struct SavedLayout {
   FrontOffsets front;  // U and its low half where V_new and its low half go
   std::size_t total = 0;

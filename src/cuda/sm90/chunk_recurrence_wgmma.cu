@@ -48,13 +48,14 @@ bool saved_forward_o_in_pass(int dtype, int K, int V) {
 }
 
 bool recurrence_wgmma_applies(int dtype, const StateParams& p) {
-  if (p.h) {  // the backward's recompute, and a forward that saves it
-    // (not a plain forward that returns its chunk states: o and h without vnew, which the saving
-    // forward always has); without the delta rule V_new = V may come from the v rows (v_raw)
+  if (p.h) {  // the backward's recompute, and a forward that saves it or returns its chunk states
+    // (with the delta rule only a forward that saves V_new too: a plain one returning its chunk
+    // states has no vnew); without the delta rule V_new = V may come from the v rows (v_raw)
     // instead of U
-    // h in float32, or (the recompute without the delta rule) in the compute type, K-major
-    const bool h16 = p.h_dt == dtype && dtype != 2 && !p.delta && p.o == nullptr && !p.v_first;
-    const bool common = (p.h_dt == 2 || h16) && (p.vnew != nullptr || (!p.delta && p.o == nullptr)) && p.trans == nullptr &&
+    // h in float32, or without the delta rule in the compute type, K-major (the recompute's, GLA's
+    // chunk-local saved buffer's, a returned h of the input type)
+    const bool h16 = p.h_dt == dtype && dtype != 2 && !p.delta && !p.v_first;
+    const bool common = (p.h_dt == 2 || h16) && (p.vnew != nullptr || !p.delta) && p.trans == nullptr &&
                         p.q_raw == nullptr && (p.v_raw == nullptr || !p.delta);
     if (dtype == 2)  // the float32 form on 16-bit inputs: the hi + lo kernel (chunk_state_wide_wgmma.cuh),
                      // a saving forward's O then from hs by the output kernel

@@ -25,6 +25,7 @@ from benchlib import impls, problems  # noqa: E402
 
 
 def short(name: str) -> str:
+    name = name.replace("(anonymous namespace)::", "")
     for cut in ("<", "("):
         name = name.split(cut)[0]
     return name.replace("void ", "").split("::")[-1][:60]

@@ -8,6 +8,8 @@
 #              (LINATTN_SAN_MEMCHECK_OPTS="--leak-check full" adds the device-memory leak check)
 #   racecheck  (shared-memory hazards; a subset in two parts: decode + forward, then backward)
 #                                          LINATTN_SAN_RACECHECK_FWD_S (60), LINATTN_SAN_RACECHECK_S (80)
+#              (the forward part in full takes ~460 s on an H200, session 43: the default budget
+#              covers its first tests; give it the time, or a narrower --gtest_filter by hand)
 #   synccheck  (illegal __syncthreads / warp-sync use)             LINATTN_SAN_SYNCCHECK_S (40)
 #   initcheck  (reads of uninitialised device global memory)       LINATTN_SAN_INITCHECK_S (60)
 #   (synccheck and initcheck: the bad-input, gate and forward small cases)

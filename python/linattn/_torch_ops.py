@@ -436,8 +436,11 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
                 use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
                 lower_bound=None, state_v_first=False, output_final_state=False,
                 return_intermediate_states=False, disable_recompute=False,
-                backward_precision="auto", fn_name="linattn"):
+                backward_precision="auto", keep_chunk_local=None, fn_name="linattn"):
     """Checks common to every public function, then the custom operator.
+
+    keep_chunk_local (GLA): None keeps the chunk-local intermediates and the chunk states for the
+    backward where the backend does (a training call on CUDA), False keeps nothing.
 
     Returns ``(o, final_state or None, h or None)``.
     """
@@ -474,6 +477,8 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
     if return_intermediate_states and disable_recompute:
         raise ValueError(f"{fn_name}: return_intermediate_states is for inference and cannot be "
                          "combined with disable_recompute=True")
+    if keep_chunk_local is not None and not isinstance(keep_chunk_local, bool):
+        raise TypeError(f"{fn_name}: keep_chunk_local must be None or a bool, got {type(keep_chunk_local).__name__}")
     if backward_precision not in BACKWARD_PRECISIONS:
         raise ValueError(f"{fn_name}: backward_precision must be one of {list(BACKWARD_PRECISIONS)}, "
                          f"got {backward_precision!r}")
@@ -492,12 +497,14 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
         raise ValidatedOnly()
 
     want_map = _SAVED_H0.maps is not None and _SAVED_H0.want_map
-    # GLA in training keeps its chunk-local intermediates for the backward where the backend does
-    # (CUDA on Hopper, Options::keep_chunk_local: the backward then skips chunk_prep, with bitwise
-    # the same gradients), as FLA's GLA keeps its gate cumsum and A; elsewhere saved_bytes is 0 and
-    # nothing is kept (the flag is passed on every device, so the CPU runs this path too).
-    # (not with return_intermediate_states: the kept states are where h would be written)
-    keep = (KEEP_CHUNK_LOCAL and family == FAMILIES["gla"] and not disable_recompute
+    # GLA in training keeps its chunk-local intermediates and chunk states for the backward where
+    # the backend does (CUDA on Hopper, Options::keep_chunk_local: the backward then skips
+    # chunk_prep and the state recompute, with bitwise the same gradients), unless the caller
+    # asks it not to (keep_chunk_local=False: nothing kept, less memory between the passes);
+    # elsewhere saved_bytes is 0 and nothing is kept (the flag is passed on every device, so the
+    # CPU runs this path too). Not with return_intermediate_states: the kept states are where h
+    # would be written.
+    keep = (KEEP_CHUNK_LOCAL and keep_chunk_local is not False and family == FAMILIES["gla"] and not disable_recompute
             and not return_intermediate_states and torch.is_grad_enabled()
             and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
     o, fs, h, _, qmap, mmap = _chunk_fwd_call(

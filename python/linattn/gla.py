@@ -39,6 +39,7 @@ def chunk_gla(
     return_intermediate_states: bool = False,
     intermediate_states_dtype: Optional[torch.dtype] = None,
     backward_precision: str = "auto",
+    keep_chunk_local: Optional[bool] = None,
 ):
     r"""Chunked GLA, forward and backward (a drop-in for ``fla.ops.gla.chunk_gla``).
 
@@ -56,9 +57,16 @@ def chunk_gla(
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
         disable_recompute: (linattn extra) keep forward intermediates for the backward, the
-            chunk states included. Without it a training call on CUDA (Hopper, 16-bit, K = 128)
-            still keeps the chunk-local ones (about what FLA's GLA keeps), and the backward
-            recomputes only the states.
+            chunk states included (float32 states, on every device that has the buffer). On
+            CUDA (Hopper, 16-bit, K = 128) a training call keeps the chunk-local ones and 16-bit
+            chunk states without it (``keep_chunk_local``), which is faster.
+        keep_chunk_local: (linattn extra) what a training call on CUDA (Hopper, 16-bit,
+            K = 128) keeps for the backward: ``None`` (default) the chunk-local intermediates
+            and the chunk states (the backward recomputes nothing before its passes; 580 MiB at
+            B=2, T=8192, H=32, K=V=128, where FLA's GLA keeps ~384); ``False`` nothing beyond
+            the inputs (the backward recomputes them: ~5% slower, less memory held between the
+            forward and the backward). Results are bitwise the same either way; elsewhere
+            nothing is kept.
         return_intermediate_states: (linattn extra) also return the states ``h`` before each
             64-token chunk (no gradient), in k's dtype or ``intermediate_states_dtype``.
         backward_precision: (linattn extra) the CUDA backward's compute form,
@@ -87,7 +95,7 @@ def chunk_gla(
         _GLA, name, q, k, v, g=g, g_per_key=True, split_k=True, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, disable_recompute=disable_recompute,
-        backward_precision=backward_precision,
+        backward_precision=backward_precision, keep_chunk_local=keep_chunk_local,
         initial_state=initial_state, return_intermediate_states=return_intermediate_states,
         intermediate_states_dtype=intermediate_states_dtype)
 

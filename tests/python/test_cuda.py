@@ -155,6 +155,24 @@ def test_gla_training_keeps_chunk_local(monkeypatch, kw, dtype):
     assert (out[3].numel() > 0) == (cap == (9, 0) and linattn.cuda_available())
 
 
+def test_gla_keep_chunk_local_false_keeps_nothing():
+    """chunk_gla(keep_chunk_local=False) in training (the backward recomputes everything): o and
+    every gradient bitwise those of the default call, which keeps the chunk-local intermediates
+    and the chunk states where the backend does."""
+    t, opts = make_inputs("gla", B=2, T=200, H=2, K=128, V=128, dtype=torch.bfloat16)
+    do = dht = None
+    runs = []
+    for keep in (None, False):
+        tc = {n: x.cuda().requires_grad_() for n, x in t.items()}
+        o, ht = _call("gla", tc, opts, output_final_state=True, keep_chunk_local=keep)
+        if do is None:
+            do, dht = torch.randn_like(o), torch.randn_like(ht)
+        torch.autograd.backward([o, ht], [do, dht])
+        runs.append([o.detach(), ht.detach()] + [x.grad for x in tc.values()])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 def _check_forward_backward(family, t, opts, dtype):
     """The CUDA call (CPU inputs t moved over) and its gradients of o and the final state against
     the float64 reference; o of the caller's shape, contiguous."""

@@ -57,11 +57,11 @@ def chunk_gla(
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of packed sequences (``B == 1``).
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
         disable_recompute: (linattn extra) keep forward intermediates for the backward, the
-            chunk states included (float32 states, on every device that has the buffer). On
+            chunk states included (in float32). On
             CUDA (Hopper, 16-bit, K = 128) a training call keeps the chunk-local ones and 16-bit
             chunk states without it (``keep_chunk_local``), which is faster.
         keep_chunk_local: (linattn extra) what a training call on CUDA (Hopper, 16-bit,
-            K = 128) keeps for the backward: ``None`` (default) the chunk-local intermediates
+            K = 128) keeps for the backward: ``None`` (default) or ``True`` the chunk-local intermediates
             and the chunk states (the backward recomputes nothing before its passes; 580 MiB at
             B=2, T=8192, H=32, K=V=128, where FLA's GLA keeps ~384); ``False`` nothing beyond
             the inputs (the backward recomputes them: ~5% slower, less memory held between the

@@ -1242,28 +1242,27 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
       }
     }
     {  // not with h (return_intermediate_states): the states go where h would; refused, nothing written
-      {
-        DevBuf saved(nsaved), ws(nws_keep);
-        const int64_t b_h = c.varlen() ? 1 : c.B;  // as forward_outputs shapes h
-        HostTensor o = x.v;
-        HostTensor h = c.v_first ? HostTensor(DType::kFloat32, {b_h, x.NT, c.HV, c.V, c.K})
-                                 : HostTensor(DType::kFloat32, {b_h, x.NT, c.HV, c.K, c.V});
-        o.poison();
-        h.poison();
-        ForwardOutputs fo;
-        fo.o = upload(o, keep);
-        fo.h = upload(h, keep);
-        fo.saved = make_view(saved.p, DType::kUInt8, {static_cast<int64_t>(nsaved)}, Device{DeviceType::kCUDA, 0});
-        const Status s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws_keep}, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
-        EXPECT_NE(s.message.find("return_intermediate_states"), std::string::npos) << s.message;
-        HostTensor o2 = o, h2 = h;
-        download(fo.o, o2);
-        download(fo.h, h2);
-        EXPECT_EQ(o2.bytes, o.bytes) << "o was written";
-        EXPECT_EQ(h2.bytes, h.bytes) << "h was written";
-      }
+      Case ci = c;
+      ci.inter = true;
+      FwdResult r = forward_outputs(ci, x, c.dt, DType::kFloat32);  // o and h poisoned
+      DevBuf saved(nsaved), ws(nws_keep);
+      cudaMemset(saved.p, 0xa5, nsaved);
+      ForwardOutputs fo;
+      fo.o = upload(r.o, keep);
+      fo.h = upload(r.h, keep);
+      fo.saved = make_view(saved.p, DType::kUInt8, {static_cast<int64_t>(nsaved)}, Device{DeviceType::kCUDA, 0});
+      const Status s = forward(c.fam, in.fwd, fo, opt, Workspace{ws.p, nws_keep}, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(s.code, StatusCode::kNotSupported) << s.message;
+      EXPECT_NE(s.message.find("return_intermediate_states"), std::string::npos) << s.message;
+      HostTensor o2 = r.o, h2 = r.h;
+      download(fo.o, o2);
+      download(fo.h, h2);
+      EXPECT_EQ(o2.bytes, r.o.bytes) << "o was written";
+      EXPECT_EQ(h2.bytes, r.h.bytes) << "h was written";
+      std::vector<unsigned char> back(nsaved);
+      ASSERT_EQ(cudaMemcpy(back.data(), saved.p, nsaved, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](unsigned char b) { return b == 0xa5; })) << "saved was written";
     }
     HostTensor o_plain, ht_plain, o, ht;
     ASSERT_TRUE(plain_forward(c, x, &o_plain, &ht_plain).ok());

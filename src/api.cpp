@@ -136,7 +136,7 @@ Status check_saved_size(const TensorView& saved, const Problem& p) {
   const std::size_t need = backend_saved_bytes(p);
   if (need == 0 && p.opt.keep_chunk_local) {
     return Status::Unsupported("keep_chunk_local: nothing is kept for this problem on this backend (saved_bytes is "
-                               "0: GLA on CUDA, Hopper, 16-bit inputs, K = 128); pass no saved buffer");
+                               "0: GLA or simple GLA on CUDA, Hopper, 16-bit inputs and compute, K = 128); pass no saved buffer");
   }
   if (static_cast<std::size_t>(saved.numel()) < need) {
     return Status::Invalid("saved buffer has " + std::to_string(saved.numel()) + " bytes, needs " +

@@ -65,7 +65,7 @@ typedef struct linattn_options {
   int32_t state_v_first;
   int32_t disable_recompute; /* forward_workspace_size: sized for a forward that fills `saved` (alone) */
   int32_t backward_precision; /* a linattn_backward_precision; forward (saved buffer) and backward alike */
-  int32_t keep_chunk_local; /* GLA on CUDA: `saved` holds the chunk-local intermediates and the chunk states (linattn.hpp) */
+  int32_t keep_chunk_local; /* GLA / simple GLA on CUDA: `saved` holds the chunk-local intermediates and the chunk states (linattn.hpp) */
 } linattn_options;
 
 typedef struct linattn_forward_inputs {

@@ -131,7 +131,8 @@ struct Options {
                                          // recomputing; forward_workspace_size sizes for that
                                          // forward alone (on CUDA it can be smaller than a plain
                                          // forward's, which is then refused as too small)
-  bool keep_chunk_local = false;         // training, GLA on CUDA (Hopper, 16-bit, K = 128): the
+  bool keep_chunk_local = false;         // training, GLA / simple GLA on CUDA (Hopper, 16-bit,
+                                         // K = 128, computed in the 16-bit type): the
                                          // forward keeps its chunk-local intermediates (Q ⊙ e^γ,
                                          // (K ⊙ e^-γ)ᵀ, the masked Q Kᵀ, e^γ_C) and the chunk-start
                                          // states its pass reaches (16-bit; float32 with

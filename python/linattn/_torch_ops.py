@@ -425,9 +425,11 @@ def _chunk_fwd_call(*args):
 
 
 # --------------------------------------------------------------------------- helper
-# GLA's training forward keeps its chunk-local intermediates where the backend does (run_forward);
+# GLA's and simple GLA's training forward keeps its chunk-local intermediates where the backend
+# does (run_forward);
 # a module attribute only so that tests can compare against the recomputing backward.
 KEEP_CHUNK_LOCAL = True
+_KEEPS_CHUNK_LOCAL = (FAMILIES["gla"], FAMILIES["simple_gla"])
 
 
 def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=None,
@@ -439,8 +441,8 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
                 backward_precision="auto", keep_chunk_local=None, fn_name="linattn"):
     """Checks common to every public function, then the custom operator.
 
-    keep_chunk_local (GLA): None keeps the chunk-local intermediates and the chunk states for the
-    backward where the backend does (a training call on CUDA), False keeps nothing.
+    keep_chunk_local (GLA, simple GLA): None keeps the chunk-local intermediates and the chunk
+    states for the backward where the backend does (a training call on CUDA), False keeps nothing.
 
     Returns ``(o, final_state or None, h or None)``.
     """
@@ -497,16 +499,16 @@ def run_forward(family: int, q, k, v, *, g=None, g_gamma=None, beta=None, A_log=
         raise ValidatedOnly()
 
     want_map = _SAVED_H0.maps is not None and _SAVED_H0.want_map
-    # GLA in training keeps its chunk-local intermediates and chunk states for the backward where
-    # the backend does (CUDA on Hopper, Options::keep_chunk_local: the backward then skips
-    # chunk_prep and the state recompute, with bitwise the same gradients), unless the caller
+    # GLA and simple GLA in training keep their chunk-local intermediates and chunk states for the
+    # backward where the backend does (CUDA on Hopper, Options::keep_chunk_local: the backward then
+    # skips chunk_prep and the state recompute, with bitwise the same gradients), unless the caller
     # asks it not to (keep_chunk_local=False: nothing kept, less memory between the passes);
     # elsewhere saved_bytes is 0 and nothing is kept (the flag is passed on every device, so the
     # CPU runs this path too). Not with return_intermediate_states: the kept states are where h
     # would be written.
-    keep = (KEEP_CHUNK_LOCAL and keep_chunk_local is not False and family == FAMILIES["gla"] and not disable_recompute
-            and not return_intermediate_states and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state)))
+    keep = (KEEP_CHUNK_LOCAL and keep_chunk_local is not False and family in _KEEPS_CHUNK_LOCAL
+            and not disable_recompute and not return_intermediate_states and torch.is_grad_enabled()
+            and any(t is not None and t.requires_grad for t in (q, k, v, g, g_gamma, initial_state)))
     o, fs, h, _, qmap, mmap = _chunk_fwd_call(
         family, q.contiguous(), k.contiguous(), v.contiguous(), _cc(g), _cc(g_gamma), _cc(beta),
         _cc(A_log), _cc(dt_bias), _cc(initial_state), _cc(cu_seqlens), _cc(cu_seqlens_cpu),

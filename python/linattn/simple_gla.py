@@ -44,6 +44,7 @@ def chunk_simple_gla(
     return_intermediate_states: bool = False,
     intermediate_states_dtype: Optional[torch.dtype] = None,
     backward_precision: str = "auto",
+    keep_chunk_local: Optional[bool] = None,
     **kwargs,
 ):
     r"""Chunked simple GLA, forward and backward (a drop-in for
@@ -64,7 +65,19 @@ def chunk_simple_gla(
         cu_seqlens_cpu: optional host copy of ``cu_seqlens``.
         chunk_size: None or a power of two, as in FLA; the function is the same (linattn
             runs 64-token chunks).
-        disable_recompute: (linattn extra) keep forward intermediates for the backward.
+        disable_recompute: (linattn extra) keep forward intermediates for the backward, the
+            chunk states included (in float32). On CUDA (Hopper, 16-bit, K = 128) a training
+            call keeps the chunk-local ones and 16-bit chunk states without it
+            (``keep_chunk_local``), which is faster.
+        keep_chunk_local: (linattn extra) what a training call on CUDA (Hopper, 16-bit,
+            K = 128, computed in the 16-bit type: not with a ``g_gamma`` that requires grad under
+            ``backward_precision="auto"``) keeps for the backward: ``None`` (default) or ``True``
+            the chunk-local intermediates and the chunk states (580 MiB at B=2, T=8192, H=32,
+            K=V=128; the backward then recomputes nothing before its passes); ``False`` nothing
+            beyond the inputs (the backward recomputes them). Gradients are bitwise the same
+            either way. A kept call's ``o`` and final state come from the backward's operands
+            (the gated q and k in the input type), not from the inference forward's raw rows: equal
+            within rounding, not bitwise. Elsewhere nothing is kept.
         return_intermediate_states: (linattn extra) also return the chunk-boundary states
             ``h`` (no gradient), in k's dtype or ``intermediate_states_dtype``.
         backward_precision: (linattn extra) the CUDA backward's compute form,
@@ -96,7 +109,7 @@ def chunk_simple_gla(
         _SGLA, name, q, k, v, split_k=True, g=g, g_gamma=g_gamma, cu_seqlens=cu_seqlens,
         cu_seqlens_cpu=cu_seqlens_cpu, scale=scale, state_v_first=state_v_first,
         output_final_state=output_final_state, disable_recompute=disable_recompute,
-        backward_precision=backward_precision,
+        backward_precision=backward_precision, keep_chunk_local=keep_chunk_local,
         initial_state=initial_state, return_intermediate_states=return_intermediate_states,
         intermediate_states_dtype=intermediate_states_dtype)
 

@@ -28,8 +28,13 @@ using config::align_up;
 using config::raw_rows;
 constexpr int64_t kC = config::kChunk;
 
-// Workspace carve-up (byte offsets). Raw-row mode: no Qg / KgT, [2][64] row factors per block.
-// Without the delta rule (GLA, simple GLA) no W.
+// Whether the forward's chunk_prep and state pass run in raw-row form (config::raw_rows): not with
+// a chunk-local saved buffer, which keeps the backward's Qg and KgT, so the forward computes them.
+bool forward_raw_rows(const Problem& p, bool keep) { return raw_rows(p) && !keep; }
+
+// Workspace carve-up (byte offsets). Raw-row mode (simple GLA's and GDN's plain forward, not
+// simple GLA's keep_chunk_local one, whose saved buffer holds the backward's Qg / KgT): no Qg /
+// KgT, [2][64] row factors per block. Without the delta rule (GLA, simple GLA) no W.
 // The sequence-split pass (seg_chunks > 0, docs/sequence_split.md) adds its segment map, the
 // segments' transitions and their start states.
 struct WsLayout {
@@ -43,7 +48,7 @@ struct WsLayout {
         segments(seg_chunks > 0 ? kern::map_entries(p.cu.data(), p.N, seg_chunks) : 0) {
     const std::size_t es = p.dtype == DType::kFloat32 ? 4 : 2;
     const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;  // (chunk, head) blocks
-    const bool rows = raw_rows(p);
+    const bool rows = forward_raw_rows(p, local_in_saved);
     std::size_t o = 0;
     chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
     seqs = o; o = align_up(o + sizeof(kern::SeqInfo) * std::max<int64_t>(p.N, 1));
@@ -173,6 +178,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   }
 
   const WsLayout lay(p, /*split=*/!state_map, keep);
+  const bool rows = forward_raw_rows(p, keep);
   if (ws.bytes < lay.total) return {StatusCode::kWorkspaceTooSmall, "CUDA forward workspace too small"};
   unsigned char* base = static_cast<unsigned char*>(ws.data);
   // chunk_prep's outputs: in the workspace, or (keep_chunk_local) where the saved buffer keeps them
@@ -216,7 +222,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     pp.q_in_smem = smem.q_in_smem;
     pp.W = p.delta ? base + lay.W : nullptr;
     pp.U = config::reads_v_rows(p) ? nullptr : base + lay.U;
-    if (raw_rows(p)) {
+    if (rows) {
       pp.rowfac = reinterpret_cast<float*>(base + lay.rowfac);
     } else {
       pp.Qg = Qg;
@@ -239,7 +245,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.U = config::reads_v_rows(p) ? nullptr : base + lay.U;
     sp.v_raw = config::reads_v_rows(p) ? in.v.data : nullptr;
     sp.delta = p.delta ? 1 : 0;
-    if (raw_rows(p)) {
+    if (rows) {
       sp.q_raw = in.q.data;
       sp.k_raw = in.k.data;
       sp.rowfac = reinterpret_cast<const float*>(base + lay.rowfac);
@@ -271,10 +277,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
     const config::FusedTile ft =
-        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), raw_rows(p));
+        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), rows);
     sp.fused_vt = ft.vt;
     sp.stages = ft.stages;
-    if (raw_rows(p) && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
+    if (rows && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};
     if (sp.v_raw && !kern::fused_warp_applies(dt, sp))
       return {StatusCode::kBackendError, "CUDA forward: no U was prepared, but the warp-owned state pass does not apply"};
     if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // (checked above; outputs untouched)

@@ -582,7 +582,8 @@ TEST(CudaBackward, BackwardPrecisionSelectsForm) {
 
 // ---- disable_recompute: a forward that fills a saved buffer, a backward that reads it.
 struct SavedRun {
-  BwdPath bwd_path = BwdPath::kAuto;  // the backward's form (the forward runs the default)
+  BwdPath bwd_path = BwdPath::kAuto;  // the backward's form
+  BwdPath fwd_path = BwdPath::kAuto;  // the forward's (the form its saved buffer is written for)
   bool zero_body = false;             // overwrite everything after the header with zeros
   std::optional<double> bwd_scale;    // a backward for another problem (another scale)
   bool chunk_local = false;           // Options::keep_chunk_local instead of disable_recompute
@@ -599,7 +600,7 @@ Status run_saved(const Case& c, const Inputs& x, const SavedRun& how, Grads* g, 
   *g = make_grads(c, x, false);
   BackwardInputs in = backward_views(x, true, keep);
   BackwardOutputs out = grad_views(*g, true, keep);
-  Options opt = make_options(c);
+  Options opt = with_path(make_options(c), how.fwd_path);
   if (how.chunk_local) opt.keep_chunk_local = true;
   else opt.disable_recompute = true;
   std::size_t nsaved = 0, nws = 0;
@@ -1174,39 +1175,60 @@ Status plain_forward(const Case& c, const Inputs& x, HostTensor* o, HostTensor* 
   return Status::Ok();
 }
 
-// keep_chunk_local (GLA): the forward keeps chunk_prep's outputs and the chunk-start states in
-// `saved` and the backward reads them instead of running chunk_prep and the state recompute: o and
-// the final state bitwise the plain forward's, every gradient bitwise the recomputing backward's,
-// the workspaces smaller (the backward's by at least its front half); not together with h. A buffer it wrote is
-// refused by a backward without the option. Where it does not apply (another device than sm_90,
-// K != 128, float32) saved_bytes is 0 and a saved buffer is refused with nothing written.
-TEST(CudaBackward, GlaSmallKeepChunkLocal) {
+// keep_chunk_local (GLA, simple GLA): the forward keeps chunk_prep's outputs and the chunk-start
+// states in `saved` and the backward reads them instead of running chunk_prep and the state
+// recompute: every gradient bitwise the recomputing backward's, the workspaces smaller (the
+// backward's by at least its front half); not together with h. GLA's o and final state are
+// bitwise the plain forward's; simple GLA's come from the backward's Qg / KgT instead of the plain
+// forward's raw rows, so they are held to the float64 reference (and to run-to-run bitwise
+// equality). A buffer it wrote is refused by a backward without the option. Where it does not
+// apply (another device than sm_90, K != 128, float32 inputs or compute) saved_bytes is 0 and a
+// saved buffer is refused with nothing written.
+TEST(CudaBackward, NoDeltaSmallKeepChunkLocal) {
   SKIP_WITHOUT_GPU();
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  std::vector<Case> cases;
+  // path: the backward form both passes run (g_gamma under auto computes in float32: not kept;
+  // Python's choice where g_gamma takes no gradient is split, the 16-bit type without the delta rule)
+  struct KeepCase {
+    Case c;
+    BwdPath path = BwdPath::kAuto;
+  };
+  std::vector<KeepCase> cases;
   { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.B = 2; c.T = 150; c.h0 = true; c.dht = true;
-    cases.push_back(c); }
+    cases.push_back({c}); }
   { Case c = no_delta_case(Family::kGLA); c.K = 128; c.V = 128; c.T = 200; c.cu = {0, 1, 1, 130, 200}; c.h0 = true;
-    c.dht = true; cases.push_back(c); }
+    c.dht = true; cases.push_back({c}); }
   { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat16; c.K = 128; c.V = 128; c.H = 1; c.HV = 2; c.T = 97;
-    c.v_first = true; c.dht = true; cases.push_back(c); }
-  { Case c = no_delta_case(Family::kGLA); c.T = 70; c.h0 = true; cases.push_back(c); }  // K = 64: not kept
+    c.v_first = true; c.dht = true; cases.push_back({c}); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.K = 128; c.V = 128; c.B = 2; c.T = 150; c.h0 = true; c.dht = true;
+    cases.push_back({c}); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.K = 128; c.V = 128; c.T = 200; c.cu = {0, 1, 1, 130, 200};
+    c.H = 1; c.HV = 2; c.g_gamma = true; c.h0 = true; c.dht = true; cases.push_back({c, BwdPath::kSplit}); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.dt = DType::kFloat16; c.K = 128; c.V = 128; c.T = 97;
+    c.has_g = false; c.g_gamma = true; c.v_first = true; c.dht = true; cases.push_back({c, BwdPath::kSplit}); }
+  { Case c = no_delta_case(Family::kSimpleGLA); c.K = 128; c.V = 128; c.T = 70; c.g_gamma = true;  // auto: float32
+    cases.push_back({c}); }
+  { Case c = no_delta_case(Family::kGLA); c.T = 70; c.h0 = true; cases.push_back({c}); }  // K = 64: not kept
   { Case c = no_delta_case(Family::kGLA); c.dt = DType::kFloat32; c.K = 128; c.V = 128; c.T = 70;  // float32: not kept
-    cases.push_back(c); }
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name());
+    cases.push_back({c}); }
+  for (const KeepCase& kc : cases) {
+    const Case& c = kc.c;
+    SCOPED_TRACE(c.name() + " [" + path_name(kc.path) + "]");
     const Inputs x = make_inputs(c, /*backward=*/true);
     std::vector<DevBuf> keep;
     keep.reserve(32);
     const BackwardInputs in = backward_views(x, true, keep);
-    Options opt = make_options(c);
+    const Options plain_opt = with_path(make_options(c), kc.path);
+    Options opt = plain_opt;
     opt.keep_chunk_local = true;
     std::size_t nsaved = 0, nws_keep = 0, nws_plain = 0;
     ASSERT_TRUE(saved_bytes(c.fam, in.fwd, opt, &nsaved).ok());
     ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, opt, &nws_keep).ok());
-    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, make_options(c), &nws_plain).ok());
-    const bool applies = prop.major == 9 && prop.minor == 0 && c.K == 128 && c.V == 128 && c.dt != DType::kFloat32;
+    ASSERT_TRUE(forward_workspace_size(c.fam, in.fwd, plain_opt, &nws_plain).ok());
+    const bool f32_gamma = c.g_gamma && kc.path == BwdPath::kAuto;
+    const bool applies = prop.major == 9 && prop.minor == 0 && c.K == 128 && c.V == 128 && c.dt != DType::kFloat32 &&
+                         !f32_gamma;
     EXPECT_EQ(nsaved > 0, applies) << nsaved << " bytes";
     if (nsaved == 0) {  // a saved buffer is refused, nothing written
       EXPECT_EQ(nws_keep, nws_plain);
@@ -1231,7 +1253,7 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
       bin.saved = make_view(one.p, DType::kUInt8, {256}, Device{DeviceType::kCUDA, 0});
       std::size_t bws_keep = 0, bws_plain = 0;
       ASSERT_TRUE(backward_workspace_size(c.fam, bin, opt, &bws_keep).ok());
-      ASSERT_TRUE(backward_workspace_size(c.fam, in, make_options(c), &bws_plain).ok());
+      ASSERT_TRUE(backward_workspace_size(c.fam, in, plain_opt, &bws_plain).ok());
       // without GVA (no dq, dk partials, which in the plain plan take the dead front half's place)
       const int64_t nb = (c.cu.empty() && c.H == c.HV ? c.B * ((c.T + 63) / 64) : 0) * c.HV;
       if (nb > 0) {  // at least the states' bytes fewer (and Qg, KgT, Aqk, gexp: more than draw's own rows)
@@ -1267,21 +1289,37 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
     HostTensor o_plain, ht_plain, o, ht;
     ASSERT_TRUE(plain_forward(c, x, &o_plain, &ht_plain).ok());
     Grads rec, kept;
-    Status s = run_cuda(c, x, &rec, /*api=*/true);
+    Status s = run_cuda(c, x, &rec, /*api=*/true, kc.path);
     ASSERT_TRUE(s.ok()) << s.message;
     SavedRun how;
     how.chunk_local = true;
+    how.fwd_path = how.bwd_path = kc.path;
     s = run_saved(c, x, how, &kept, &o, &ht);
     ASSERT_TRUE(s.ok()) << s.message;
-    EXPECT_EQ(o.bytes, o_plain.bytes) << "o differs from the plain forward's";
-    EXPECT_EQ(ht.bytes, ht_plain.bytes) << "the final state differs from the plain forward's";
+    if (c.fam == Family::kGLA) {
+      EXPECT_EQ(o.bytes, o_plain.bytes) << "o differs from the plain forward's";
+      EXPECT_EQ(ht.bytes, ht_plain.bytes) << "the final state differs from the plain forward's";
+    } else {  // simple GLA: from Qg / KgT, not the raw rows: against float64, as the plain forward is
+      Case cr = c;
+      cr.final_state = true;
+      FwdResult ref;
+      ASSERT_TRUE(run_reference_forward(cr, x, &ref).ok());
+      const double tol = tolerance_for(c.dt);
+      EXPECT_LE(rel_err(o, ref.o), tol) << "o";
+      EXPECT_LE(rel_err(ht, ref.ht), tol) << "final state";
+      EXPECT_LE(rel_err(o_plain, ref.o), tol) << "o, plain forward";
+      EXPECT_NE(o.bytes, o_plain.bytes) << "o is the raw-row forward's: was the chunk-local form run?";
+    }
     expect_same_bits(rec, kept, "differs from the recomputing backward");
     {  // as Python's autograd path calls it: saved_as_filled (the header is not read back)
       SavedRun filled = how;
       filled.as_filled = true;
       Grads g2;
-      ASSERT_TRUE(run_saved(c, x, filled, &g2, &o, &ht).ok());
+      HostTensor o2, ht2;
+      ASSERT_TRUE(run_saved(c, x, filled, &g2, &o2, &ht2).ok());
       expect_same_bits(rec, g2, "differs with saved_as_filled");
+      EXPECT_EQ(o2.bytes, o.bytes) << "o differs between runs";
+      EXPECT_EQ(ht2.bytes, ht.bytes) << "the final state differs between runs";
     }
     // a backward without keep_chunk_local refuses the buffer, writing nothing
     Grads other;
@@ -1296,7 +1334,7 @@ TEST(CudaBackward, GlaSmallKeepChunkLocal) {
     }
   }
   // not together with disable_recompute
-  const Case c = cases[0];
+  const Case c = cases[0].c;
   const Inputs x = make_inputs(c, /*backward=*/true);
   std::vector<DevBuf> keep;
   const BackwardInputs in = backward_views(x, true, keep);

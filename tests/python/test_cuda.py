@@ -173,6 +173,40 @@ def test_gla_keep_chunk_local_false_keeps_nothing():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("kw,dtype", [({}, torch.bfloat16),
+                                      ({"g_gamma": True, "G": 2, "cu_seqlens": [0, 1, 1, 130, 201]}, torch.bfloat16),
+                                      ({"g": False, "g_gamma": True, "state_v_first": True}, torch.float16)])
+def test_simple_gla_training_keeps_chunk_local(monkeypatch, kw, dtype):
+    """Simple GLA in training keeps its chunk-local intermediates and chunk states where the backend
+    does (CUDA on Hopper, 16-bit, K = 128; g_gamma frozen, as FLA's, so that the backward computes
+    in the 16-bit type): every gradient bitwise that of the recomputing backward; o and the final
+    state then come from the backward's gated q and k instead of the raw rows (different bits on
+    Hopper, bitwise equal elsewhere), both within SPEC of float64."""
+    from linattn import _torch_ops
+    t, opts = make_inputs("simple_gla", B=2, T=200, H=2, K=128, V=128, dtype=dtype, **kw)
+    extra = {"cu_seqlens_cpu": t["cu_seqlens"]} if "cu_seqlens" in t else {}
+    frozen = ("cu_seqlens", "g_gamma")
+    do = dht = None
+    runs = []
+    for keep in (False, True):
+        monkeypatch.setattr(_torch_ops, "KEEP_CHUNK_LOCAL", keep)
+        tc = {n: (x.cuda() if n in frozen else x.cuda().requires_grad_()) for n, x in t.items()}
+        o, ht = _call("simple_gla", tc, opts, output_final_state=True, **extra)
+        if do is None:
+            do, dht = torch.randn_like(o), torch.randn_like(ht)
+        torch.autograd.backward([o, ht], [do, dht])
+        runs.append(([o.detach(), ht.detach()], [x.grad for n, x in tc.items() if n not in frozen]))
+    for a, b in zip(runs[0][1], runs[1][1]):
+        assert torch.equal(a, b)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert torch.equal(runs[0][0][0], runs[1][0][0]) == (not hopper), "o: was the kept form run exactly on Hopper?"
+    ref_kw = {n: x for n, x in t.items() if n not in ("q", "k", "v")}
+    ro, rs, _ = reference.forward("simple_gla", t["q"], t["k"], t["v"], output_final_state=True, **ref_kw, **opts)
+    for o, ht in (r[0] for r in runs):
+        assert_close("o", o, ro, dtype)
+        assert_close("final state", ht, rs, dtype)
+
+
 def _check_forward_backward(family, t, opts, dtype):
     """The CUDA call (CPU inputs t moved over) and its gradients of o and the final state against
     the float64 reference; o of the caller's shape, contiguous."""

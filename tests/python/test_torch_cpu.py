@@ -267,18 +267,20 @@ def test_head_sizes(KV):
     check_family("kda", t, opts, torch.float32)
 
 
-def test_gla_keep_chunk_local_keyword():
-    """chunk_gla's keep_chunk_local (what a CUDA training call keeps for its backward) is None or
-    a bool; on the CPU nothing is kept either way, so o and every gradient are bitwise equal."""
-    t, opts = make_inputs("gla", dtype=torch.float32)
+@pytest.mark.parametrize("family,kw", [("gla", {}), ("simple_gla", {"g_gamma": True})])
+def test_keep_chunk_local_keyword(family, kw):
+    """chunk_gla's and chunk_simple_gla's keep_chunk_local (what a CUDA training call keeps for its
+    backward) is None or a bool; on the CPU nothing is kept either way, so o and every gradient
+    are bitwise equal."""
+    t, opts = make_inputs(family, dtype=torch.float32, **kw)
     runs = []
     for keep in (None, False, True):
         leaves = {n: x.clone().requires_grad_() for n, x in t.items() if x.is_floating_point()}
-        o, ht = call("gla", leaves, opts, output_final_state=True, keep_chunk_local=keep)
+        o, ht = call(family, leaves, opts, output_final_state=True, keep_chunk_local=keep)
         (o.sum() + ht.sum()).backward()
         runs.append([o.detach(), ht.detach()] + [x.grad for x in leaves.values()])
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert torch.equal(a, b)
     with pytest.raises(TypeError, match="keep_chunk_local"):
-        call("gla", t, opts, keep_chunk_local="yes")
+        call(family, t, opts, keep_chunk_local="yes")

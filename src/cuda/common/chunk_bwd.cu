@@ -568,8 +568,8 @@ struct ChunkPlan {
       if (!local) {
         // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
         f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));
-      } else {  // h is the saved buffer's (read-only): draw's rows get their own 32 bytes a channel
-        draw = o; o = align_up(o + nb * K * 32);
+      } else {  // h is the saved buffer's (read-only): draw's rows (ddt_bias only) get their own
+        draw = o; o = align_up(o + (p.has_dt_bias ? nb * K * 32 : 0));
       }
       // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
       // Hopper state pass writes it regardless)
@@ -1256,7 +1256,7 @@ Status backward_kda_gdn(const detail::Problem& p, const BackwardInputs& in, cons
 
 
 bool chunk_local_saved_applies(const detail::Problem& p) {
-  return p.opt.keep_chunk_local && !p.delta && p.vector_gate && p.dtype != DType::kFloat32 &&
+  return p.opt.keep_chunk_local && !p.delta && p.dtype != DType::kFloat32 &&
          !config::ComputeForm(p.dtype, config::compute_of(p)).f32 &&
          kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(p.K), static_cast<int>(p.V)) &&
          config::can_implement(p, "backward").ok();

@@ -49,13 +49,14 @@ std::size_t forward_saved_workspace_bytes(const detail::Problem& p);
 Status forward_saved_kda_gdn(const detail::Problem& p, const ForwardInputs& in, const ForwardOutputs& out,
                              Workspace ws, cudaStream_t stream);
 
-// Options::keep_chunk_local applies to p: GLA (vector gate, no delta rule) with 16-bit inputs,
+// Options::keep_chunk_local applies to p: GLA or simple GLA (no delta rule) with 16-bit inputs,
 // computed in the 16-bit type, where the backward's state pass reads the v rows (the Hopper wgmma
-// recurrence, K = 128). There the plain forward's chunk_prep writes exactly the Qg, KgT, Aqk and
-// gexp the backward's would (the same kernel on the same inputs), and its state pass the states
-// the backward's recompute would (the same pass, PassOut::kSaved), so it writes them into the
-// saved buffer (SavedLayout's chunk-local form; saved_kda_gdn_bytes gives its size, 0 where this
-// is false) and the backward skips chunk_prep and the recompute: pass 1 runs alone.
+// recurrence, K = 128). There the forward's chunk_prep writes exactly the Qg, KgT, Aqk and gexp
+// the backward's would (the same kernel on the same inputs; simple GLA's forward then runs it in
+// that form instead of its raw-row one), and its state pass the states the backward's recompute
+// would (the same pass, PassOut::kSaved), so it writes them into the saved buffer (SavedLayout's
+// chunk-local form; saved_kda_gdn_bytes gives its size, 0 where this is false) and the backward
+// skips chunk_prep and the recompute: pass 1 runs alone.
 bool chunk_local_saved_applies(const detail::Problem& p);
 
 }  // namespace linattn::cuda

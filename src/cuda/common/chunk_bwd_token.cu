@@ -1,7 +1,17 @@
-// Token-recurrence kernels of the CUDA delta-rule backward (see chunk_bwd.cuh): the forward
-// replay that stores the chunk-boundary states h, and the reverse-time gradient kernel.
+// The token replay of the CUDA delta-rule backward (Problem::token_replay, a test oracle; see
+// chunk_bwd.cuh): the token-parallel preparation (q̂, k̂, e^g̃, β̃), the forward replay that stores
+// the chunk-boundary states h, the reverse-time gradient kernel, and its host side
+// (chunk_bwd_stages.hpp).
 // Templated on K only (64, 128, 256): one thread per key channel, 16 value columns per thread.
+#include <algorithm>
+
 #include "cuda/common/chunk_bwd.cuh"
+#include "cuda/common/chunk_bwd_stages.hpp"
+#include "cuda/common/gate.cuh"
+#include "cuda/common/host_util.hpp"
+#include "cuda/common/mma.cuh"
+#include "cuda/config/heuristics.hpp"
+#include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::bwd {
 namespace {
@@ -357,6 +367,181 @@ cudaError_t launch_token_bwd(const TokenParams& p, cudaStream_t s) {
     case 128: return launch_bwd_k<128>(p, s);
     default: return launch_bwd_k<256>(p, s);
   }
+}
+
+// ---- the token replay's preparation and its host side (chunk_bwd_stages.hpp)
+namespace {
+
+// The gate transform (forward and backward: gate.cuh) with this call's arguments.
+__device__ __forceinline__ float gate_fwd(const GateArgs& ga, float raw, float dtb, float alog) {
+  return gate::floor_gate(gate::transform_raw(ga.kind, ga.has_alog, ga.lower_bound, raw, dtb, alog));
+}
+
+// ---- 1a. q̂, k̂ (float32, l2-normalised when asked): one warp per (token, q/k head)
+__global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, float* kn, int64_t rows, int K,
+                               int l2) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int64_t base = row * K;
+  float xq[kMaxKPerLane], xk[kMaxKPerLane], sq = 0.f, sk = 0.f;
+#pragma unroll
+  for (int m = 0; m < kMaxKPerLane; ++m) {
+    const int c = lane + 32 * m;
+    xq[m] = c < K ? kern::load_any(q, dt, base + c) : 0.f;
+    xk[m] = c < K ? kern::load_any(k, dt, base + c) : 0.f;
+    sq += xq[m] * xq[m];
+    sk += xk[m] * xk[m];
+  }
+  float rq = 1.f, rk = 1.f;
+  if (l2) {
+    rq = rsqrtf(warp_sum(sq) + 1e-6f);
+    rk = rsqrtf(warp_sum(sk) + 1e-6f);
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxKPerLane; ++m) {
+    const int c = lane + 32 * m;
+    if (c < K) {
+      qn[base + c] = xq[m] * rq;
+      kn[base + c] = xk[m] * rk;
+    }
+  }
+}
+
+// ---- 1b. e = exp(g̃) and β̃: one warp per (token, value head)
+__global__ void prep_gate_kernel(const void* g, int g_dt, int has_g, const void* beta, int beta_dt, int beta_mode,
+                                 GateArgs ga, float* e, float* bt, int64_t rows, int HV, int KG) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int hv = static_cast<int>(row % HV);
+  const float alog = (ga.kind != 0 && ga.has_alog) ? kern::load_any(ga.A_log, ga.alog_dt, hv) : 0.f;
+  for (int c = lane; c < KG; c += 32) {
+    float val = 1.f;
+    if (has_g) {
+      const float raw = kern::load_any(g, g_dt, row * KG + c);
+      const float dtb = (ga.kind != 0 && ga.has_dtb) ? kern::load_any(ga.dt_bias, ga.dtb_dt, static_cast<int64_t>(hv) * KG + c) : 0.f;
+      val = expf(gate_fwd(ga, raw, dtb, alog));
+    }
+    e[row * KG + c] = val;
+  }
+  if (lane == 0) {
+    float b = kern::load_any(beta, beta_dt, row);
+    if (beta_mode != 0) b = (beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
+    bt[row] = b;
+  }
+}
+
+using config::align_up;
+
+struct Plan {
+  int NV = 0, NS = 1, tps = 1, KG = 1;
+  int64_t tokens = 0;
+  std::size_t seqs = 0, qn = 0, kn = 0, e = 0, bt = 0, h = 0, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0, da = 0,
+              total = 0;
+  explicit Plan(const detail::Problem& p) {
+    NV = static_cast<int>(p.V / kVT);
+    KG = p.vector_gate ? static_cast<int>(p.K) : 1;
+    tokens = p.B * p.T;
+    config::token_v_splits(NV, p.N * p.HV, &NS, &tps);
+    const std::size_t T = static_cast<std::size_t>(tokens);
+    const std::size_t qk = T * p.H * p.K * 4, tv = T * p.HV * p.K * 4, th = T * p.HV * 4;
+    std::size_t o = 0;
+    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
+    qn = o; o = align_up(o + qk);
+    kn = o; o = align_up(o + qk);
+    e = o; o = align_up(o + T * p.HV * KG * 4);
+    bt = o; o = align_up(o + th);
+    h = o; o = align_up(o + static_cast<std::size_t>(p.num_chunks) * p.HV * p.K * p.V * 4);
+    pq = o; o = align_up(o + NS * tv);
+    pk = o; o = align_up(o + NS * tv);
+    pg = o; o = align_up(o + NS * tv);
+    pb = o; o = align_up(o + NS * th);
+    draw = o; o = align_up(o + T * p.HV * KG * 4);
+    da = o; o = align_up(o + th);
+    total = o;
+  }
+};
+
+}  // namespace
+
+std::size_t token_replay_workspace_bytes(const detail::Problem& p) { return Plan(p).total; }
+
+// The token replay (Problem::token_replay, a test hook): q̂, k̂, e, β̃ token-parallel, the float32
+// chunk-boundary states, then the token recurrence backward; the partials in *parts.
+Status run_token_replay(const detail::Problem& p, const BackwardInputs& in, const BackwardOutputs& out,
+                        unsigned char* base, cudaStream_t st, Partials* parts) {
+  const ForwardInputs& f = in.fwd;
+  cudaError_t e = cudaSuccess;
+  const int dt = dtype_code(p.dtype);
+  const int64_t tokens = p.B * p.T;
+  const GateArgs ga = gate_args(p, f);
+  const int beta_mode = beta_mode_code(p);
+  const int l2 = p.opt.use_qk_l2norm_in_kernel ? 1 : 0;
+  float *&pq = parts->pq, *&pk = parts->pk, *&pg = parts->pg, *&pb = parts->pb, *&draw = parts->draw, *&da = parts->da;
+  int &NS = parts->NS, &KG = parts->KG;
+  const Plan pl(p);
+  NS = pl.NS;
+  KG = pl.KG;
+  parts->pg_ld = static_cast<int>(p.K);
+  if ((e = build_maps(p, base + pl.seqs, nullptr, st)) != cudaSuccess) return cuda_error("sequence map launch", e);
+  float* qn = reinterpret_cast<float*>(base + pl.qn);
+  float* kn = reinterpret_cast<float*>(base + pl.kn);
+  float* ev = reinterpret_cast<float*>(base + pl.e);
+  float* bt = reinterpret_cast<float*>(base + pl.bt);
+  if (tokens > 0) {
+    prep_qk_kernel<<<blocks_for(tokens * p.H), 256, 0, st>>>(f.q.data, f.k.data, dt, qn, kn, tokens * p.H,
+                                                              static_cast<int>(p.K), l2);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_qk launch", e);
+    prep_gate_kernel<<<blocks_for(tokens * p.HV), 256, 0, st>>>(
+        p.has_g ? f.g.data : nullptr, p.has_g ? dtype_code(f.g.dtype) : 2, p.has_g ? 1 : 0, f.beta.data,
+        dtype_code(f.beta.dtype), beta_mode, ga, ev, bt, tokens * p.HV, static_cast<int>(p.HV), pl.KG);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_error("prep_gate launch", e);
+  }
+  TokenParams tp{};
+  tp.seqs = reinterpret_cast<const SeqInfo*>(base + pl.seqs);
+  tp.qn = qn;
+  tp.kn = kn;
+  tp.e = ev;
+  tp.bt = bt;
+  tp.v = f.v.data;
+  tp.d_o = in.d_o.data;
+  tp.v_dt = dt;
+  tp.h0 = p.has_h0 ? f.initial_state.data : nullptr;
+  tp.h0_dt = p.has_h0 ? dtype_code(f.initial_state.dtype) : 2;
+  tp.dht = in.dht.present() ? in.dht.data : nullptr;
+  tp.dht_dt = in.dht.present() ? dtype_code(in.dht.dtype) : 2;
+  tp.h = reinterpret_cast<float*>(base + pl.h);
+  tp.dv = out.dv.data;
+  tp.dh0 = out.dh0.present() ? out.dh0.data : nullptr;
+  tp.dh0_dt = out.dh0.present() ? dtype_code(out.dh0.dtype) : 2;
+  tp.pq = reinterpret_cast<float*>(base + pl.pq);
+  tp.pk = reinterpret_cast<float*>(base + pl.pk);
+  tp.pg = reinterpret_cast<float*>(base + pl.pg);
+  tp.pb = reinterpret_cast<float*>(base + pl.pb);
+  tp.tokens = tokens;
+  tp.N = static_cast<int>(p.N);
+  tp.H = static_cast<int>(p.H);
+  tp.HV = static_cast<int>(p.HV);
+  tp.G = static_cast<int>(p.G);
+  tp.K = static_cast<int>(p.K);
+  tp.V = static_cast<int>(p.V);
+  tp.KG = pl.KG;
+  tp.NS = pl.NS;
+  tp.tiles_per_split = pl.tps;
+  tp.v_first = p.opt.state_v_first ? 1 : 0;
+  tp.scale = static_cast<float>(p.scale);
+  if (p.N > 0) {
+    if (tokens > 0 && (e = launch_state_fwd(tp, st)) != cudaSuccess) return cuda_error("state_fwd launch", e);
+    if ((e = launch_token_bwd(tp, st)) != cudaSuccess) return cuda_error("token_bwd launch", e);
+  }
+  pq = tp.pq;
+  pk = tp.pk;
+  pg = tp.pg;
+  pb = tp.pb;
+  draw = reinterpret_cast<float*>(base + pl.draw);
+  da = reinterpret_cast<float*>(base + pl.da);
+  return Status::Ok();
 }
 
 }  // namespace linattn::cuda::bwd

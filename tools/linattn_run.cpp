@@ -57,6 +57,11 @@ options (SPEC.md)
   --scale X            attention scale (default K^-0.5)
   --backward-precision auto | split | fast16 | float32: the CUDA backward's compute form
                        (Options::backward_precision; default auto; the CPU ignores it)
+  --disable-recompute  training: the forward fills a saved buffer (saved_bytes) that the
+                       backward reads instead of recomputing (Options::disable_recompute)
+  --keep-chunk-local   training, GLA / simple GLA on CUDA (Hopper, 16-bit, K = 128): the forward
+                       keeps its chunk-local intermediates and chunk states for the backward
+                       (Options::keep_chunk_local; refused where nothing would be kept)
 
 run
   --device NAME        auto | cpu | cuda                        (default auto: cuda if present)
@@ -185,6 +190,8 @@ Args parse(int argc, char** argv) {
       else if (s == "float32") a.opt.backward_precision = BackwardPrecision::kFloat32;
       else die("unknown backward precision " + s + " (auto, split, fast16, float32)");
     }
+    else if (f == "--disable-recompute") a.opt.disable_recompute = true;
+    else if (f == "--keep-chunk-local") a.opt.keep_chunk_local = true;
     else if (f == "--device") a.device = need(i);
     else if (f == "--no-backward") a.backward = false;
     else if (f == "--repeat") {
@@ -518,10 +525,28 @@ int run(int argc, char** argv) {
               (long long)a.HV, (long long)a.K, (long long)a.V, dtype_name(a.dtype), (long long)N,
               g_cuda ? "cuda" : "cpu");
 
-  Scratch fws, bws;
+  Scratch fws, bws, saved;
   size_t fbytes = 0;
   require(forward_workspace_size(a.family, in, a.opt, &fbytes), "forward_workspace_size");
   const Workspace fw = fws.get(fbytes);
+  // disable_recompute / keep_chunk_local: the buffer the forward fills and the backward reads
+  TensorView saved_view;
+  if (a.opt.disable_recompute || a.opt.keep_chunk_local) {
+    size_t sbytes = 0;
+    require(saved_bytes(a.family, in, a.opt, &sbytes), "saved_bytes");
+    if (sbytes == 0)
+      die(a.opt.keep_chunk_local ? "--keep-chunk-local: nothing is kept for this problem on this device (saved_bytes is 0: "
+                                   "GLA or simple GLA on CUDA, Hopper, 16-bit inputs and compute, K = 128)"
+                                 : "--disable-recompute: saved_bytes is 0 for this problem on this device");
+    const Workspace sw = saved.get(sbytes);
+    saved_view.data = sw.data;
+    saved_view.dtype = DType::kUInt8;
+    saved_view.ndim = 1;
+    saved_view.shape[0] = static_cast<int64_t>(sbytes);
+    saved_view.strides[0] = 1;
+    if (g_cuda) saved_view.device = Device{DeviceType::kCUDA, 0};
+    out.saved = saved_view;
+  }
 
   auto now = [] { return std::chrono::steady_clock::now(); };
   auto ms_since = [&](std::chrono::steady_clock::time_point t0) {
@@ -563,6 +588,7 @@ int run(int argc, char** argv) {
     Buffer* grads[] = {&dq, &dk, &dv, &dg, &dg_gamma, &dbeta, &dA_log, &ddt_bias, &dh0};
     for (Buffer* b : grads) to_device(*b);
     bin.fwd = in;
+    bin.saved = saved_view;  // (empty without disable_recompute / keep_chunk_local)
     bin.d_o = d_o.view(g_cuda);
     bin.dht = dht.view(g_cuda);
     bout.dq = dq.view(g_cuda);
@@ -625,7 +651,9 @@ int run(int argc, char** argv) {
     ForwardOutputs rout;
     rout.o = ro.view(false);
     rout.final_state = rht.view(false);
-    require(reference_forward(a.family, rin, rout, a.opt), "reference_forward");
+    Options ropt = a.opt;  // the reference keeps no buffer
+    ropt.disable_recompute = ropt.keep_chunk_local = false;
+    require(reference_forward(a.family, rin, rout, ropt), "reference_forward");
     const double tol = a.dtype == DType::kFloat64 ? 1e-5 : a.dtype == DType::kFloat32 ? 2e-3 : 1e-2;
     auto report = [&](const char* name, const Buffer& x, const Buffer& ref) {
       if (!x.present) return;
@@ -661,7 +689,7 @@ int run(int argc, char** argv) {
       rb.dA_log = r_dA.view(false);
       rb.ddt_bias = r_ddt.view(false);
       rb.dh0 = r_dh0.view(false);
-      require(reference_backward(a.family, rbin, rb, a.opt), "reference_backward");
+      require(reference_backward(a.family, rbin, rb, ropt), "reference_backward");
       report("dq", dq, r_dq);
       report("dk", dk, r_dk);
       report("dv", dv, r_dv);

@@ -46,6 +46,8 @@ check "not a number" --lower-bound x
 check "--repeat" --repeat 0
 check "--num-seqs" --num-seqs -3
 check "exceeds T" --num-seqs 99999999999
+check "exclusive" --disable-recompute --keep-chunk-local --T 8 --K 16 --V 16
+check "nothing is kept" --family gla --keep-chunk-local --T 8 --K 16 --V 16
 check "unknown option" --bogus
 check "missing value" --T
 exit $fail

@@ -18,8 +18,14 @@ step() { echo "== $1 ($((SECONDS - t0)) s)"; }
 
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
-step "build"
-bash scripts/gpu_setup.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+step "build (the Python package beside it)"
+bash scripts/gpu_setup.sh --deps-only >/dev/null 2>&1
+# the Python package builds in its own folder on the other cores while the tests below run
+( python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
+    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
+    >"$out/pip.log" 2>&1; echo $? >"$out/pip.rc" ) &
+pip_pid=$!
+bash scripts/gpu_setup.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; wait $pip_pid; exit 1; }
 step "GPU tests"
 ./build-gpu/linattn_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/cuda_tests.log" && status=1
@@ -45,9 +51,8 @@ if [ $bench = 1 ]; then
   done
 fi
 step "python package"
-python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
-  -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
-  >"$out/pip.log" 2>&1 || { tail -30 "$out/pip.log"; status=1; }
+wait $pip_pid
+[ "$(cat "$out/pip.rc" 2>/dev/null)" = 0 ] || { tail -30 "$out/pip.log"; status=1; }
 step "python tests"
 PYTHONPATH="$root/third_party_ref" python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

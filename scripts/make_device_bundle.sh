@@ -9,7 +9,9 @@ inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname
 tar -czf "$root/.device/cutlass-include.tar.gz" -C "$inc/.." include
 tar -czf "$root/.device/googletest.tar.gz" -C /usr/src googletest
 # FLA 0.6.0 and its operator tests for tests/fla_compat (the GPU machine has no network);
-# LINATTN_FLA_TESTS=DIR takes FLA's tests/ from a checkout when GitHub cannot be reached here.
+# LINATTN_FLA_TESTS=DIR takes FLA's tests/ from a checkout when GitHub cannot be reached here (a
+# mirror of fla-org/flash-linear-attention at bc3b101 gives one: `git --git-dir=MIRROR archive
+# bc3b101 tests | tar -x -C D`, then LINATTN_FLA_TESTS=D/tests; session 44).
 python3 "$root/tests/fla_compat/run_fla_tests.py" --prepare-only --work "$root/.device/fla-compat" \
   ${LINATTN_FLA_TESTS:+--fla-tests "$LINATTN_FLA_TESTS"} || echo "(FLA's tests not bundled: see above)"
 ls -la "$root/.device"

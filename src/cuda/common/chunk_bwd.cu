@@ -17,6 +17,7 @@
 #include "cuda/config/backward_form.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
+#include "cuda/host/backward_plan.hpp"
 #include "cuda/host/saved_buffer.hpp"
 #include "cuda/host/stage_timer.hpp"
 
@@ -50,170 +51,11 @@ __global__ void widen_states_kernel(const float* src, double* dst, int64_t n) {
     dst[i] = src[i];
 }
 
-// Workspace of the chunked (WY) backward, byte offsets. f32: computed in float32 (the kernels read
-// 16-bit q, k, v, dO in place and convert them as they load: exact); otherwise in
-// the 16-bit input type, with split's four low-half buffers. Dead buffers are reused: U is dead
-// after chunk_state, so dY (pass 2 scratch) takes its place, and V_new's low half is written over
-// U_lo as chunk_state reads it; W, Qg, KgT and Aqk are dead after pass 1, so the partials pq, pk,
-// pg, pb take their places (the region is the larger of the two sets); draw (ddt_bias rows) and
-// da (dA_log rows) take h's and dh's places after pass 2 (h >= draw: 64 V >= 64 tokens per
-// block).
-// With a saved buffer (`from_saved`) the front half's buffers (W .. V_new, SavedLayout) are the
-// caller's and read-only: the workspace holds the rest, without the reuse of W's region; draw and
-// da then take dh's and dN's places.
-// At issue 5's reference shape (KDA, B=2, T=8192, H=HV=32, K=V=128: 8192 (chunk, head) blocks,
-// 16384 tokens), MiB:
-//   float32 compute: W/pq, U/dY, Qg/pk, KgT/pg 4 x 256 (pq, pk 128 each with bf16 inputs:
-//     PartialQK); Aqk/pb, Ainv 2 x 128; gexp 4;
-//     h/draw, dh/da 2 x 512; vnew, dN 2 x 256: 2820 MiB (2.75 GiB), whatever the input type
-//     (16-bit inputs were widened into float32 copies until session 19: 1 GiB more).
-//   chunked16: W, U/dY, Qg, KgT 4 x 128; Aqk, Ainv 2 x 64; gexp 4; h 512, dh 256; vnew, dN 2 x 128;
-//     pq, pk 2 x 128 (bfloat16 inputs: PartialQK), pg 256, pb 2 in the place of W .. Aqk (448), the
-//     larger: 514 (770 with float32 pq, pk until session 36); split adds U_lo, KgT_lo, dN_lo,
-//     dY_lo 4 x 128, and its front region (576 with KgT_lo) then holds the partials.
-//   split from saved: pq, pk 2 x 128, pg 256; pb 2; dY, dN, dN_lo, dY_lo 4 x 128; dh 512: 256 MiB
-//     less than the 1794 of float32 pq, pk, beside the saved buffer's 1412 MiB.
-// (These counts have every partial. pq, pk are absent where pass 2 writes dq, dk itself, pg where
-// it writes dg: KDA with its plain gate has no pg, GLA none of the three; see below.)
-// Without the delta rule on Hopper in 16 bits (ChunkPlan::no_delta_rows) there is no U / dY and
-// no dN either (the state pass reads the v rows, pass 1 writes dv), and h is 16-bit: GLA's
-// backward workspace at that shape is Qg, KgT 2 x 128, Aqk 64, gexp 4, h, dh 2 x 256 (the partials,
-// where any, in the front region).
-// With a chunk-local saved buffer (SavedKind::kChunkLocal, GLA: Options::keep_chunk_local) Qg,
-// KgT, Aqk, gexp and h are the caller's and read-only (its forward's chunk_prep and state pass
-// wrote them): neither chunk_prep nor the state recompute runs, and pass 1 runs alone.
-enum class SavedKind { kNone, kAll, kChunkLocal };
-struct ChunkPlan {
-  static constexpr std::size_t kNone = ~std::size_t{0};
-  FrontOffsets front;  // in the workspace; all absent from_saved
-  std::size_t seqs = 0, chunks = 0, dh = 0, dN = kNone, dY = kNone, pq = 0, pk = 0, pg = 0, pb = 0, draw = 0,
-              da = 0, total = 0;
-  // split (16-bit hi + lo halves): dN_lo, dY_lo (and in front: U_lo, then V_new's low half in its
-  // place, and KgT_lo)
-  std::size_t dN_lo = kNone, dY_lo = kNone;
-  bool f32 = false, split = false, from_saved = false;
-  bool dqk_direct = false, dg_direct = false;  // no pq / pk, no pg (pass 2 writes dq, dk / dg)
-  // h in the compute type (StateParams::h_dt): without the delta rule, 16-bit compute and v_first
-  // 0, pass 2 reads h only as its 16-bit S operand (WyParams::h16), so the Hopper recompute writes
-  // that (the other state kernels store states in float32 or float64 only).
-  bool h16 = false;
-  // no delta rule, 16-bit compute, Hopper: V from the v rows and dv from pass 1 (no dY, no dN)
-  bool no_delta_rows = false;
-  int KG = 1;
-  int64_t tokens = 0;
-  ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
-    const ComputeForm cf(p, compute);
-    const bool saved = kind == SavedKind::kAll;      // the whole front half is the caller's
-    const bool local = kind == SavedKind::kChunkLocal;  // its chunk-local part is
-    f32 = cf.f32;
-    split = cf.split;
-    from_saved = saved;
-    KG = p.vector_gate ? static_cast<int>(p.K) : 1;
-    tokens = p.B * p.T;
-    const std::size_t es = f32 ? 4 : 2;
-    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
-    const std::size_t T = static_cast<std::size_t>(tokens);
-    const std::size_t K = static_cast<std::size_t>(p.K), V = static_cast<std::size_t>(p.V);
-    std::size_t o = 0;
-    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
-    chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
-    FrontOffsets& f = front;
-    const std::size_t reuse = o;
-    const std::size_t wy = p.delta ? 1 : 0;  // no W and no M⁻¹ without the delta rule
-    if (!saved) {
-      f.W = o; o = align_up(o + wy * nb * kC * K * es);
-      if (!local) {
-        f.Qg = o; o = align_up(o + nb * kC * K * es);
-        f.KgT = o; o = align_up(o + nb * kC * K * es);
-        f.Aqk = o; o = align_up(o + nb * kC * kC * es);
-      }
-      if (split) { f.KgT_lo = o; o = align_up(o + nb * kC * K * es); }
-    }
-    // Partials only where a finish kernel reads them: pass 2 writes dq, dk itself without the
-    // l2norm backward and the GVA sum (WyParams::dq), and dg itself with the identity gate
-    // transform and no gate-parameter gradients (WyParams::dg_direct; dA_log / ddt_bias need
-    // A_log / dt_bias). Both follow from the problem alone, as the workspace query must; the
-    // launch checks that pass 2 agrees. At the reference shape this drops GLA's pq, pk, pg (768 MiB)
-    // and KDA's pg (256 MiB).
-    dqk_direct = !p.opt.use_qk_l2norm_in_kernel && p.G == 1;
-    dg_direct = p.has_g && gate_kind_code(p) == 0 && !p.has_g_gamma && !p.has_A_log && !p.has_dt_bias;
-    std::size_t r = reuse;
-    // dq̂, dk̂ partials in pass 2's PartialQK: bfloat16 for bfloat16 inputs, in either form
-    const std::size_t pqk = dqk_direct ? 0 : T * p.HV * K * partial_qk_bytes(dtype_code(p.dtype));
-    pq = r; r = align_up(r + pqk);
-    pk = r; r = align_up(r + pqk);
-    pg = r; r = align_up(r + (dg_direct ? 0 : T * p.HV * KG * 4));  // one float a row with the scalar gate
-    pb = r; r = align_up(r + T * p.HV * 4);
-    o = std::max(o, r);
-    // Without the delta rule, in a 16-bit compute type on Hopper, the state pass reads V from the
-    // v rows (no U) and pass 1 writes dv itself (no dN): run_front's and pass 1's own tests
-    // (recurrence_wgmma_applies with v_raw, dh_wgmma_applies) reduce to this for such a problem.
-    // Then dY (U's home; pass 2's scratch only with the delta rule) and dN are not allocated:
-    // 2 x 128 MiB at GLA's reference shape. Their offsets stay kNone and the launches refuse
-    // rather than write through them (run_front, run_chunked).
-    no_delta_rows = !p.delta && !f32 &&
-                    kern::recurrence_wgmma_supported(dtype_code(p.dtype), static_cast<int>(K), static_cast<int>(V));
-    if (!no_delta_rows) { dY = o; o = align_up(o + nb * kC * V * es); }
-    if (!saved) {
-      if (!no_delta_rows) f.U = dY;
-      f.Ainv = o; o = align_up(o + wy * nb * kC * kC * es);
-      if (!local) { f.gexp = o; o = align_up(o + nb * K * 4); }
-      f.h_dt = host::state_dtype_code(p, compute);
-      h16 = f.h_dt != 2;
-      if (!local) {
-        // (at least 32 bytes a channel: draw's rows take this region after pass 2, 8 a 64-token block)
-        f.h = o; o = align_up(o + nb * K * std::max<std::size_t>(V * (h16 ? es : 4), 32));
-      } else {  // h is the saved buffer's (read-only): draw's rows (ddt_bias only) get their own
-        draw = o; o = align_up(o + (p.has_dt_bias ? nb * K * 32 : 0));
-      }
-      // V_new: the delta rule's (without it pass 2 reads V from the v rows; the float32 form's
-      // Hopper state pass writes it regardless)
-      if (p.delta || f32) { f.vnew = o; o = align_up(o + nb * kC * V * es); }
-    }
-    dh = o; o = align_up(o + nb * K * V * es);  // the compute type (DhParams::dh)
-    // (a saved buffer's run keeps dN: the column sums' rows take its region after pass 2)
-    if (!no_delta_rows || saved) { dN = o; o = align_up(o + nb * kC * V * es); }
-    if (split) {
-      if (!saved) { f.U_lo = o; o = align_up(o + nb * kC * V * es); f.vnew_lo = f.U_lo; }
-      dN_lo = o; o = align_up(o + nb * kC * V * es);
-      dY_lo = o; o = align_up(o + nb * kC * V * es);
-    }
-    // h and dh (dh and dN from saved) are dead after pass 2; pq .. pb are not
-    if (!local) draw = saved ? dh : f.h;
-    da = saved ? dN : dh;
-    total = o;
-  }
-};
-
-// Workspace of a forward that fills a saved buffer: the maps and, where the state pass does not
-// compute O itself (kern::saved_forward_o_in_pass), the chunk-start states in the compute type for
-// the output kernel (hs). U and its low half are written where V_new and its low half go (the
-// state pass reads each element before it writes it, same thread).
-struct SavedForwardPlan {
-  std::size_t seqs = 0, chunks = 0, hs = kNone, total = 0;
-  static constexpr std::size_t kNone = ~std::size_t{0};
-  SavedForwardPlan(const detail::Problem& p, Compute compute) {
-    const ComputeForm cf(p, compute);
-    const std::size_t es = cf.f32 ? 4 : 2;
-    const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
-    std::size_t o = 0;
-    seqs = o; o = align_up(o + sizeof(SeqInfo) * std::max<int64_t>(p.N, 1));
-    chunks = o; o = align_up(o + sizeof(kern::ChunkInfo) * std::max<int64_t>(p.num_chunks, 1));
-    const int cdt = cf.f32 ? 2 : dtype_code(p.dtype);
-    if (!kern::saved_forward_o_in_pass(cdt, static_cast<int>(p.K), static_cast<int>(p.V))) {
-      hs = o; o = align_up(o + nb * p.K * p.V * es);
-    }
-    total = o;
-  }
-};
-
-// p.has_saved: the backward is given a saved buffer (the token replay does not read it); a
-// chunk-local one where keep_chunk_local applies (elsewhere the API refuses it).
-SavedKind saved_kind(const detail::Problem& p) {
-  if (!p.has_saved) return SavedKind::kNone;
-  if (!p.opt.keep_chunk_local) return SavedKind::kAll;
-  return chunk_local_saved_applies(p) ? SavedKind::kChunkLocal : SavedKind::kNone;
-}
+// The workspace plans (ChunkPlan, SavedForwardPlan, SavedKind): host/backward_plan.hpp.
+using host::ChunkPlan;
+using host::SavedForwardPlan;
+using host::SavedKind;
+using host::saved_kind;
 
 std::size_t workspace_of(const detail::Problem& p) {
   return p.token_replay ? token_replay_workspace_bytes(p) : ChunkPlan(p, compute_of(p), saved_kind(p)).total;

@@ -580,6 +580,18 @@ TEST(CudaBackward, BackwardPrecisionSelectsForm) {
   EXPECT_STREQ(backward_precision_name(BackwardPrecision::kFast16), "fast16");
 }
 
+// o and the final state of case c's inputs x within SPEC of the float64 reference forward.
+void expect_forward_meets_reference(const Case& c, const Inputs& x, const HostTensor& o, const HostTensor& ht,
+                                    const char* what) {
+  Case cf = c;
+  cf.final_state = true;
+  FwdResult ref;
+  ASSERT_TRUE(run_reference_forward(cf, x, &ref).ok());
+  const double tol = tolerance_for(c.dt);
+  EXPECT_LE(rel_err(o, ref.o), tol) << "o, " << what;
+  EXPECT_LE(rel_err(ht, ref.ht), tol) << "final_state, " << what;
+}
+
 // ---- disable_recompute: a forward that fills a saved buffer, a backward that reads it.
 struct SavedRun {
   BwdPath bwd_path = BwdPath::kAuto;  // the backward's form
@@ -1141,13 +1153,7 @@ TEST(CudaBackward, NoDeltaSmallSaved) {
     s = run_saved(c, x, SavedRun{}, &sav, &o, &ht);
     ASSERT_TRUE(s.ok()) << s.message;
     expect_same_bits(rec, sav, "differs from the recomputing backward");
-    Case cf = c;
-    cf.final_state = true;
-    FwdResult ref;
-    ASSERT_TRUE(run_reference_forward(cf, x, &ref).ok());
-    const double tol = tolerance_for(c.dt);
-    EXPECT_LE(rel_err(o, ref.o), tol) << "o";
-    EXPECT_LE(rel_err(ht, ref.ht), tol) << "final_state";
+    expect_forward_meets_reference(c, x, o, ht, "saving forward");
   }
 }
 
@@ -1300,14 +1306,8 @@ TEST(CudaBackward, NoDeltaSmallKeepChunkLocal) {
       EXPECT_EQ(o.bytes, o_plain.bytes) << "o differs from the plain forward's";
       EXPECT_EQ(ht.bytes, ht_plain.bytes) << "the final state differs from the plain forward's";
     } else {  // simple GLA: from Qg / KgT, not the raw rows: against float64, as the plain forward is
-      Case cr = c;
-      cr.final_state = true;
-      FwdResult ref;
-      ASSERT_TRUE(run_reference_forward(cr, x, &ref).ok());
-      const double tol = tolerance_for(c.dt);
-      EXPECT_LE(rel_err(o, ref.o), tol) << "o";
-      EXPECT_LE(rel_err(ht, ref.ht), tol) << "final state";
-      EXPECT_LE(rel_err(o_plain, ref.o), tol) << "o, plain forward";
+      expect_forward_meets_reference(c, x, o, ht, "keeping forward");
+      expect_forward_meets_reference(c, x, o_plain, ht_plain, "plain forward");
       EXPECT_NE(o.bytes, o_plain.bytes) << "o is the raw-row forward's: was the chunk-local form run?";
     }
     expect_same_bits(rec, kept, "differs from the recomputing backward");

@@ -15,14 +15,10 @@ using config::align_up;
 using bwd::kC;
 using bwd::partial_qk_bytes;
 using kern::SeqInfo;
-// What the compute form means for problem p's buffers.
-struct ComputeForm : config::ComputeForm {
-  ComputeForm(const detail::Problem& p, Compute compute) : config::ComputeForm(p.dtype, compute) {}
-};
 }  // namespace
 
 ChunkPlan::ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) {
-  const ComputeForm cf(p, compute);
+  const config::ComputeForm cf(p.dtype, compute);
   const bool saved = kind == SavedKind::kAll;      // the whole front half is the caller's
   const bool local = kind == SavedKind::kChunkLocal;  // its chunk-local part is
   f32 = cf.f32;
@@ -105,7 +101,7 @@ ChunkPlan::ChunkPlan(const detail::Problem& p, Compute compute, SavedKind kind) 
 }
 
 SavedForwardPlan::SavedForwardPlan(const detail::Problem& p, Compute compute) {
-  const ComputeForm cf(p, compute);
+  const config::ComputeForm cf(p.dtype, compute);
   const std::size_t es = cf.f32 ? 4 : 2;
   const std::size_t nb = static_cast<std::size_t>(p.num_chunks) * p.HV;
   std::size_t o = 0;

@@ -5,9 +5,17 @@
 #   --bench  also linattn_cuda_stage_bench (bench/cuda_stage_bench.cpp) at the reference shape
 #            (B=2, T=8192, K=V=128, bf16): the forward's four configurations, and the backward's
 #            times and per-stage split (the split form and the default, logsigmoid gate), KDA and GDN
+#   --no-sanitizers  skip memcheck / racecheck (a host-side check; scripts/gpu_sanitize.sh runs them all)
 set -uo pipefail
 bench=0
-[ "${1:-}" = "--bench" ] && bench=1
+san=1
+for a in "$@"; do
+  case "$a" in
+    --bench) bench=1 ;;
+    --no-sanitizers) san=0 ;;
+    *) echo "gpu_check.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/gpu-logs}
@@ -29,6 +37,7 @@ bash scripts/gpu_setup.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log";
 step "GPU tests"
 ./build-gpu/linattn_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/cuda_tests.log" && status=1
+if [ $san = 1 ]; then
 step "memcheck (small cases)"
 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests --gtest_filter='*Small*' \
   >"$out/memcheck.log" 2>&1; rc=$?; tail -3 "$out/memcheck.log"; [ $rc -eq 0 ] || status=1
@@ -39,6 +48,7 @@ step "racecheck (small cases)"
 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/linattn_cuda_tests \
   --gtest_filter='CudaForward.*Small*:CudaBackward.SmallOddLengths:CudaBackward.SmallVarlen:CudaBackward.SmallChunkedMatchesTokenReplay:CudaBackward.SmallSavedMatchesRecompute' \
   >"$out/racecheck.log" 2>&1; rc=$?; tail -3 "$out/racecheck.log"; [ $rc -eq 0 ] || status=1
+fi
 if [ $bench = 1 ]; then
   step "forward bench (reference shape)"
   timeout 120 ./build-gpu/linattn_cuda_stage_bench forward >"$out/bench_forward.log" 2>&1 || status=1

@@ -1129,6 +1129,44 @@ TEST(CudaBackward, NoDeltaSmallNegativeInfinityGates) {
     }
 }
 
+// GLA on the Hopper vector-gate pass 2 (K = V = 128, bf16) where a 16-token block's gate sum passes
+// the bound of its tensor-core diagonal product (pass2_vector_wgmma.cuh, kWide): -inf (floored) gates
+// at some tokens, and steep gates (-2 .. -6 a token) on a third of the channels, so that wide and
+// narrow blocks meet in one warp; every gradient within SPEC of the reference.
+TEST(CudaBackward, GlaSmallHopperSteepGates) {
+  SKIP_WITHOUT_GPU();
+  Case c = no_delta_case(Family::kGLA);
+  c.dt = DType::kBFloat16;
+  c.T = 150;
+  c.H = 1;
+  c.HV = 2;
+  c.K = 128;
+  c.V = 128;
+  c.h0 = true;
+  c.dht = true;
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(c.name() + (variant == 0 ? " -inf gates" : " steep gates"));
+    Inputs x = make_inputs(c, /*backward=*/true);
+    const int64_t w = c.HV * c.K;
+    if (variant == 0) {
+      for (int64_t t : {0, 5, 63, 64, 100, 149})
+        for (int64_t i = 0; i < w; ++i) x.g.set(t * w + i, -std::numeric_limits<double>::infinity());
+    } else {
+      for (int64_t t = 0; t < c.T; ++t)
+        for (int64_t i = 0; i < w; ++i)
+          if ((i % c.K) % 3 == 0) x.g.set(t * w + i, -2.0 - 4.0 * static_cast<double>((7 * t + i) % 11) / 10.0);
+    }
+    Grads got, ref;
+    Status s = run_cuda(c, x, &got);
+    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_TRUE(run_reference_backward(c, x, &ref).ok());
+    for (int i = 0; i < kNumGrads; ++i) {
+      if (!got.at(i)->present()) continue;
+      EXPECT_LE(rel_err(*got.at(i), *ref.at(i)), tolerance_for(c.dt)) << kGradNames[i];
+    }
+  }
+}
+
 // disable_recompute for the families without the delta rule: bitwise the recomputing backward's
 // gradients, o and the final state within SPEC.
 TEST(CudaBackward, NoDeltaSmallSaved) {

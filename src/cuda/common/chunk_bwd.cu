@@ -414,8 +414,9 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.dk = out.dk.data;
     }
     parts->dqk_written = wp.dq != nullptr;
-    e = pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp) ? launch_pass2_scalar_wgmma(cdt, wp, st)
-                                                             : launch_wy(cdt, p.vector_gate, wp, st);
+    e = pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp)   ? launch_pass2_scalar_wgmma(cdt, wp, st)
+        : pass2_vector_wgmma_applies(cdt, p.vector_gate, wp) ? launch_pass2_vector_wgmma(cdt, wp, st)
+                                                               : launch_wy(cdt, p.vector_gate, wp, st);
     if (e != cudaSuccess) return cuda_error("pass 2 launch", e);
     mark("finish_qk");
   }

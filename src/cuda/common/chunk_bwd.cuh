@@ -231,6 +231,10 @@ cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
 // wy_kernel runs the rest.
 bool pass2_scalar_wgmma_applies(int dtype, bool vector_gate, const WyParams& p);
 cudaError_t launch_pass2_scalar_wgmma(int dtype, const WyParams& p, cudaStream_t s);
+// Pass 2 on Hopper without the delta rule, vector gate (sm90/pass2_vector_wgmma.cuh): as the scalar
+// form's conditions, bf16, the identity gate transform with dg written by pass 2 (dg_direct).
+bool pass2_vector_wgmma_applies(int dtype, bool vector_gate, const WyParams& p);
+cudaError_t launch_pass2_vector_wgmma(int dtype, const WyParams& p, cudaStream_t s);
 // The recompute (state pass reading the v rows, no delta rule, 16-bit) and pass 1 in one kernel,
 // interleaved in each CTA (sm90/bwd_chains_wgmma.cuh): where both apply to these parameters.
 bool bwd_chains_apply(int dtype, const kern::StateParams& sp, const DhParams& dp);

@@ -11,6 +11,9 @@
 // ChunkParallelScheduler<VT>: one CTA per (chunk c, value head hv), independent of every other
 //   chunk (chunk_prep and the Hopper preps, pass 2); VT > 0 adds VT-column tiles of V, tile
 //   fastest along x (the output kernel), VT = 0 the whole V.
+// ChunkPartScheduler<PARTS>: one CTA per (part, chunk c, value head hv), the parts of a chunk
+//   adjacent along x so that they run together and share the chunk's tiles through L2 (the
+//   vector-gate pass 2 on Hopper: a part is a 64-channel half of the key head).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +48,17 @@ struct ChunkParallelScheduler {
       const int nvt = V / VT, c = blockIdx.x / nvt, v0 = (blockIdx.x - c * nvt) * VT;
       return Coord{c, static_cast<int>(blockIdx.y), v0};
     }
+  }
+};
+
+template <int PARTS>
+struct ChunkPartScheduler {
+  struct Coord {
+    int c, hv, part;
+  };
+  static dim3 grid_shape(int num_chunks, int HV) { return dim3(static_cast<unsigned>(num_chunks) * PARTS, HV); }
+  __device__ __forceinline__ static Coord block_coord() {
+    return Coord{static_cast<int>(blockIdx.x / PARTS), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x % PARTS)};
   }
 };
 

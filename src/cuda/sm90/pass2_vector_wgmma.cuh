@@ -23,7 +23,9 @@
 //   factor is <= 1; on it A_I's factor is at most e^{spread}, spread = Rs_I - Re_I (the block's gate
 //   sum), and the output factor brings each pair back to e^{γ_i - γ_j} <= 1. A (block, channel)
 //   whose spread passes kWide (steep or floored gates) takes its diagonal block exactly on the CUDA
-//   cores instead (its A entries there are 0), one exp a pair.
+//   cores instead (its A entries there are 0), one exp a pair. The diagonal k-block's operands are
+//   hi + lo bf16 pairs (a second m64n16k16 a block), so that each diagonal pair's two dγ terms
+//   (through q̂ dq̂ and k̂ dk̂) cancel to float32 rounding as exact arithmetic has them cancel.
 // S_h and dS⁺_h (the half's 64 rows) are the inter products' A operands; once read, their slots stage
 // dq̂ and dk̂ as token rows for 16-byte stores. The two halves of a chunk are adjacent CTAs (their dO,
 // V tiles and the l2 norms' full q / k rows come through L2); two CTAs an SM.
@@ -307,7 +309,8 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
   using Acc16 = decltype(partition_fragment_C(mma16, Shape<_64, _16>{}));
   // one block's product: k-blocks KB0 .. KB0 + NKB - 1 of the A fragment (built by `entry` at
   // accumulator positions 8 kb + e) against rows 16 I .. 16 I + 15 of the tile
-  auto block_gemm = [&](auto Ic, auto KB0c, auto NKBc, auto& tile, auto& A, Acc16& Y) {
+  // and the diagonal k-block (I) once more with its low halves Alo
+  auto block_gemm = [&](auto Ic, auto KB0c, auto NKBc, auto& tile, auto& A, auto& Alo, Acc16& Y) {
     constexpr int I = decltype(Ic)::value, KB0 = decltype(KB0c)::value, NKB = decltype(NKBc)::value;
     Tensor tB = thr16.partition_fragment_B(local_tile(tile, Shape<_16, Int<kC>>{}, make_coord(I, 0)));
     mma16.accumulate_ = GMMA::ScaleOut::Zero;
@@ -316,6 +319,12 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
       cute::gemm(mma16, A(_, _, kb), tB(_, _, KB0 + kb), Y);
       mma16.accumulate_ = GMMA::ScaleOut::One;
     }
+    cute::gemm(mma16, Alo(_, _, 0), tB(_, _, I), Y);
+  };
+  // x as a bf16 pair hi + lo (~16 mantissa bits)
+  auto split = [](float x, E& hi, E& lo) {
+    hi = E(x);
+    lo = E(x - float(hi));
   };
   const int64_t orow0 = static_cast<int64_t>(t0) * g_row + static_cast<int64_t>(hv) * kK + half * kH;
   Tensor acc = partition_fragment_C(mmaSS, Shape<Int<kH>, Int<kC>>{});  // dq̂ᵀ, then dk̂ᵀ: (channel, token)
@@ -324,41 +333,52 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
   // ================= dq̂ᵀ
   {
     Tensor sS = make_tensor(make_smem_ptr(sm.S), typename L::TokByK{});
-    // A_I over k-blocks 0 .. I: k̂_j e^{Rs_I - γ_j}, the diagonal block 0 where it is wide
-    auto build = [&](auto Ic, auto& A) {
+    // A_I over k-blocks 0 .. I: k̂_j e^{Rs_I - γ_j}; the diagonal block as hi + lo (its pairs then
+    // enter dq̂ and dk̂ with float32-grade factors, so that their dγ terms cancel as in exact
+    // arithmetic: one bf16 each put dg at 3e-2 of float64 with steep gates, tools/precision/
+    // gla_pass2_blocks.py), 0 where it is wide
+    auto build = [&](auto Ic, auto& A, auto& Alo) {
       constexpr int I = decltype(Ic)::value;
 #pragma unroll
       for (int i = 0; i < 8 * (I + 1); ++i) {
         const int rr = (i >> 1) & 1;
         const bool zero = (i >> 3) == I && ((wide >> (2 * I + rr)) & 1u);
-        A(i) = E(zero ? 0.f : khat(i) * __expf(Rs(I, rr) - gam[i]));
+        const float x = zero ? 0.f : khat(i) * __expf(Rs(I, rr) - gam[i]);
+        if ((i >> 3) == I) split(x, A(i), Alo(i - 8 * I));
+        else A(i) = E(x);
       }
     };
+    using FragLo = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _1>{}));
+    FragLo Alo[4];
     auto A0 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _1>{});
     auto A1 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _2>{});
-    build(Int<0>{}, A0);
-    build(Int<1>{}, A1);
+    build(Int<0>{}, A0, Alo[0]);
+    build(Int<1>{}, A1, Alo[1]);
     fence_regs(acc);
     fence_regs(Y[0]);
     fence_regs(Y[1]);
     fence_regs(A0);
     fence_regs(A1);
+    fence_regs(Alo[0]);
+    fence_regs(Alo[1]);
     warpgroup_arrive();
     wg_gemm<true>(mmaSS, thrSS.partition_fragment_A(sS), thrSS.partition_fragment_B(sDO), acc);
-    block_gemm(Int<0>{}, Int<0>{}, Int<1>{}, sP, A0, Y[0]);
-    block_gemm(Int<1>{}, Int<0>{}, Int<2>{}, sP, A1, Y[1]);
+    block_gemm(Int<0>{}, Int<0>{}, Int<1>{}, sP, A0, Alo[0], Y[0]);
+    block_gemm(Int<1>{}, Int<0>{}, Int<2>{}, sP, A1, Alo[1], Y[1]);
     warpgroup_commit_batch();
     auto A2 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _3>{});
     auto A3 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _4>{});
-    build(Int<2>{}, A2);
-    build(Int<3>{}, A3);
+    build(Int<2>{}, A2, Alo[2]);
+    build(Int<3>{}, A3, Alo[3]);
     fence_regs(Y[2]);
     fence_regs(Y[3]);
     fence_regs(A2);
     fence_regs(A3);
+    fence_regs(Alo[2]);
+    fence_regs(Alo[3]);
     warpgroup_arrive();
-    block_gemm(Int<2>{}, Int<0>{}, Int<3>{}, sP, A2, Y[2]);
-    block_gemm(Int<3>{}, Int<0>{}, Int<4>{}, sP, A3, Y[3]);
+    block_gemm(Int<2>{}, Int<0>{}, Int<3>{}, sP, A2, Alo[2], Y[2]);
+    block_gemm(Int<3>{}, Int<0>{}, Int<4>{}, sP, A3, Alo[3], Y[3]);
     warpgroup_commit_batch();
     // dq̂ = s e^{γ_i - Rs_I} (e^{Rs_I} inter + Y_I)
     auto epilogue = [&](auto Ic) {
@@ -439,41 +459,49 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
   float endc[2] = {0.f, 0.f};
   {
     Tensor sdS = make_tensor(make_smem_ptr(sm.dS), typename L::TokByK{});
-    // B_J over k-blocks J .. 3: q̂_i e^{γ_i - Re_J}, the diagonal block 0 where it is wide
-    auto build = [&](auto Jc, auto& A) {
+    // B_J over k-blocks J .. 3: q̂_i e^{γ_i - Re_J}; the diagonal block as hi + lo, 0 where it is wide
+    auto build = [&](auto Jc, auto& A, auto& Alo) {
       constexpr int J = decltype(Jc)::value;
 #pragma unroll
       for (int a = 0; a < 8 * (4 - J); ++a) {
         const int i = 8 * J + a, rr = (i >> 1) & 1;
         const bool zero = (i >> 3) == J && ((wide >> (2 * J + rr)) & 1u);
-        A(a) = E(zero ? 0.f : qhat(i) * __expf(gam[i] - Re[J][rr]));
+        const float x = zero ? 0.f : qhat(i) * __expf(gam[i] - Re[J][rr]);
+        if (a < 8) split(x, A(a), Alo(a));
+        else A(a) = E(x);
       }
     };
+    using FragLo = decltype(make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _1>{}));
+    FragLo Alo[4];
     auto A3 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _1>{});
     auto A2 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _2>{});
-    build(Int<3>{}, A3);
-    build(Int<2>{}, A2);
+    build(Int<3>{}, A3, Alo[3]);
+    build(Int<2>{}, A2, Alo[2]);
     fence_regs(acc);
     fence_regs(Y[3]);
     fence_regs(Y[2]);
     fence_regs(A3);
     fence_regs(A2);
+    fence_regs(Alo[3]);
+    fence_regs(Alo[2]);
     warpgroup_arrive();
     wg_gemm<true>(mmaSS, thrSS.partition_fragment_A(sdS), thrSS.partition_fragment_B(sV), acc);
-    block_gemm(Int<3>{}, Int<3>{}, Int<1>{}, sPT, A3, Y[3]);
-    block_gemm(Int<2>{}, Int<2>{}, Int<2>{}, sPT, A2, Y[2]);
+    block_gemm(Int<3>{}, Int<3>{}, Int<1>{}, sPT, A3, Alo[3], Y[3]);
+    block_gemm(Int<2>{}, Int<2>{}, Int<2>{}, sPT, A2, Alo[2], Y[2]);
     warpgroup_commit_batch();
     auto A1 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _3>{});
     auto A0 = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, _4>{});
-    build(Int<1>{}, A1);
-    build(Int<0>{}, A0);
+    build(Int<1>{}, A1, Alo[1]);
+    build(Int<0>{}, A0, Alo[0]);
     fence_regs(Y[1]);
     fence_regs(Y[0]);
     fence_regs(A1);
     fence_regs(A0);
+    fence_regs(Alo[1]);
+    fence_regs(Alo[0]);
     warpgroup_arrive();
-    block_gemm(Int<1>{}, Int<1>{}, Int<3>{}, sPT, A1, Y[1]);
-    block_gemm(Int<0>{}, Int<0>{}, Int<4>{}, sPT, A0, Y[0]);
+    block_gemm(Int<1>{}, Int<1>{}, Int<3>{}, sPT, A1, Alo[1], Y[1]);
+    block_gemm(Int<0>{}, Int<0>{}, Int<4>{}, sPT, A0, Alo[0], Y[0]);
     warpgroup_commit_batch();
     // dk̂ = e^{Re_J - γ_j} (e^{γ_L - Re_J} inter + s Y_J); the chunk-end column term from the inter part
     auto epilogue = [&](auto Jc) {

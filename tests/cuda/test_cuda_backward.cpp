@@ -1165,6 +1165,7 @@ TEST(CudaBackward, GlaSmallHopperSteepGates) {
       EXPECT_LE(rel_err(*got.at(i), *ref.at(i)), tolerance_for(c.dt)) << kGradNames[i];
     }
   }
+  expect_repeatable(c, BwdPath::kAuto);  // the case's own gates: bitwise run to run
 }
 
 // disable_recompute for the families without the delta rule: bitwise the recomputing backward's

@@ -232,7 +232,8 @@ cudaError_t launch_dh_wgmma(int dtype, const DhParams& p, cudaStream_t s);
 bool pass2_scalar_wgmma_applies(int dtype, bool vector_gate, const WyParams& p);
 cudaError_t launch_pass2_scalar_wgmma(int dtype, const WyParams& p, cudaStream_t s);
 // Pass 2 on Hopper without the delta rule, vector gate (sm90/pass2_vector_wgmma.cuh): as the scalar
-// form's conditions, bf16, the identity gate transform with dg written by pass 2 (dg_direct).
+// form's conditions, bf16, h in bf16 or float32 (h16 either way), the identity gate transform with dg
+// written by pass 2 (dg_direct).
 bool pass2_vector_wgmma_applies(int dtype, bool vector_gate, const WyParams& p);
 cudaError_t launch_pass2_vector_wgmma(int dtype, const WyParams& p, cudaStream_t s);
 // The recompute (state pass reading the v rows, no delta rule, 16-bit) and pass 1 in one kernel,

@@ -145,7 +145,7 @@ cudaError_t launch_pass2_scalar_wgmma(int dtype, const WyParams& p, cudaStream_t
 cudaError_t launch_pass2_vector_wgmma_bf16(const WyParams& p, cudaStream_t s);
 
 bool pass2_vector_wgmma_applies(int dtype, bool vector_gate, const WyParams& p) {
-  return dtype == 1 && vector_gate && !p.delta && p.in_dt < 0 && p.h16 && !p.h_vfirst && p.dv_written &&
+  return dtype == 1 && vector_gate && !p.delta && p.in_dt < 0 && !p.h_vfirst && p.dv_written &&
          p.K == 128 && p.V == 128 && p.dN_lo == nullptr && p.vnew_lo == nullptr &&
          (p.dq != nullptr) == (p.dk != nullptr) && p.dg_direct && p.gate.g != nullptr && p.gate.kind == 0 &&
          p.gate.g_gamma == nullptr && kern::recurrence_wgmma_supported(dtype, p.K, p.V);

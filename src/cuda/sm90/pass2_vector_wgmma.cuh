@@ -26,7 +26,8 @@
 //   cores instead (its A entries there are 0), one exp a pair. The diagonal k-block's operands are
 //   hi + lo bf16 pairs (a second m64n16k16 a block), so that each diagonal pair's two dγ terms
 //   (through q̂ dq̂ and k̂ dk̂) cancel to float32 rounding as exact arithmetic has them cancel.
-// S_h and dS⁺_h (the half's 64 rows) are the inter products' A operands; once read, their slots stage
+// S_h (16-bit, or the saving forward's float32 rounded as it lands) and dS⁺_h (the half's 64 rows)
+// are the inter products' A operands; once read, their slots stage
 // dq̂ and dk̂ as token rows for 16-byte stores. The two halves of a chunk are adjacent CTAs (their dO,
 // V tiles and the l2 norms' full q / k rows come through L2); two CTAs an SM.
 #pragma once
@@ -119,6 +120,27 @@ __device__ __forceinline__ void stage_rows(const Acc& acc, O* stage, int warp, i
   }
 }
 
+// The half's 64 rows of a float32 state [rows][128] rounded to T into the K-major tile (kmajor_off):
+// every load in flight, then the conversions and 16-byte shared stores.
+template <class T>
+__device__ __forceinline__ void copy_kmajor_rounded(T* dst, const float* src, int tid) {
+  constexpr int n = kH * kV / 8 / kThreads;  // 16-byte pieces a thread
+  float4 x[n][2];
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const int e = j * kThreads + tid, r = e / (kV / 8), c = (e % (kV / 8)) * 8;
+    x[j][0] = __ldg(reinterpret_cast<const float4*>(src + r * kV + c));
+    x[j][1] = __ldg(reinterpret_cast<const float4*>(src + r * kV + c + 4));
+  }
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const int e = j * kThreads + tid, r = e / (kV / 8), c = (e % (kV / 8)) * 8;
+    const uint4 w = make_uint4(pack2<T>(x[j][0].x, x[j][0].y), pack2<T>(x[j][0].z, x[j][0].w),
+                               pack2<T>(x[j][1].x, x[j][1].y), pack2<T>(x[j][1].z, x[j][1].w));
+    *reinterpret_cast<uint4*>(dst + kmajor_off<kH>(r, c)) = w;
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const __grid_constant__ WyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -137,8 +159,8 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
   const int64_t blk = static_cast<int64_t>(c) * HV + hv;
   const int64_t qk_row = static_cast<int64_t>(p.H) * kK, v_row = static_cast<int64_t>(HV) * kV;
   const int64_t g_row = static_cast<int64_t>(HV) * kK;  // g, dg, the partials: [tokens][HV][K]
-  const T* Sg = static_cast<const T*>(p.h) + blk * kK * kV + half * kH * kV;
-  const T* dSg = static_cast<const T*>(p.dh) + blk * kK * kV + half * kH * kV;
+  const int64_t s_off = blk * kK * kV + half * kH * kV;  // the half's rows of S and dS⁺
+  const T* dSg = static_cast<const T*>(p.dh) + s_off;
   const T* qrows = static_cast<const T*>(p.q) + t0 * qk_row + hk * kK;
   const T* krows = static_cast<const T*>(p.k) + t0 * qk_row + hk * kK;
   const bool need_dg = p.dg != nullptr;
@@ -150,9 +172,12 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
   copy_kmajor<T, kC, kH, true>(reinterpret_cast<T*>(sm.q), qrows + half * kH, qk_row, tid, Lc);
   copy_kmajor<T, kC, kH, true>(reinterpret_cast<T*>(sm.k), krows + half * kH, qk_row, tid, Lc);
   kern::cp_commit();
-  copy_kmajor<T, kH, kV, false>(reinterpret_cast<T*>(sm.S), Sg, kV, tid);
+  if (p.h16) copy_kmajor<T, kH, kV, false>(reinterpret_cast<T*>(sm.S), static_cast<const T*>(p.h) + s_off, kV, tid);
   copy_kmajor<T, kH, kV, false>(reinterpret_cast<T*>(sm.dS), dSg, kV, tid);
   kern::cp_commit();
+  // float32 states (the saving forward's): rounded to T as they land, the values the 16-bit states
+  // hold, so that both give the same bits
+  if (!p.h16) copy_kmajor_rounded<T>(reinterpret_cast<T*>(sm.S), static_cast<const float*>(p.h) + s_off, tid);
 
   // ---- the l2 norms' reciprocals over all 128 channels (two threads a row, from global memory:
   // the other half's channels are the other CTA's tile), float32 sums of exact 16-bit squares

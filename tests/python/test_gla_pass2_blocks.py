@@ -14,13 +14,14 @@ _spec.loader.exec_module(blocks)
 
 
 @pytest.mark.parametrize("Lc", [64, 50, 17, 1])
-def test_decomposition_matches_autograd(Lc):
+@pytest.mark.parametrize("force_wide,steep", [(0.0, False), (0.3, False), (0.0, True)])
+def test_decomposition_matches_autograd(Lc, force_wide, steep):
     gen = torch.Generator().manual_seed(Lc)
-    errs = blocks.chunk(Lc, 0.3, gen)
+    errs = blocks.chunk(Lc, 0.3, gen, force_wide, steep)
     assert max(errs) < 1e-12, errs
 
 
 def test_a_wrong_decomposition_is_caught():
-    # without the diagonal blocks the same check reports O(1) errors
-    errs = blocks.chunk(64, 0.3, torch.Generator().manual_seed(0), skip_diag=True)
+    # every diagonal block sent to the exact path, which is then left out: O(1) errors
+    errs = blocks.chunk(64, 0.3, torch.Generator().manual_seed(0), force_wide=1.0, skip_exact=True)
     assert min(errs) > 1e-3, errs

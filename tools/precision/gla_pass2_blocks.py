@@ -21,11 +21,12 @@ C, K, V = 64, 128, 128
 KWIDE = 64.0  # pass2_vector_wgmma.cuh, kWide
 
 
-def chunk(Lc, s, gen, force_wide=0.0, steep=False, bf16=False):
+def chunk(Lc, s, gen, force_wide=0.0, steep=False, bf16=False, skip_exact=False):
     """Relative errors (dq, dk, dg) of the decomposition on one random chunk of Lc tokens. force_wide:
     the share of (block, channel)s sent to the exact diagonal path beside those past KWIDE; steep:
     gates of -2 .. -6 a token on a third of the channels (blocks past KWIDE); bf16: P and the A / B
-    operands rounded to bfloat16 as the kernel's are (the diagonal k-block's hi + lo pairs unrounded).
+    operands rounded to bfloat16 as the kernel's are; skip_exact: leave the exact diagonal path out (a
+    wrong decomposition where blocks are wide, to show the check fails) (the diagonal k-block's hi + lo pairs unrounded).
     The errors are ‖got - want‖ / ‖want‖ over the chunk's tokens (SPEC's measure)."""
     dt = torch.float64
     q, k = torch.randn(C, K, dtype=dt, generator=gen), torch.randn(C, K, dtype=dt, generator=gen)
@@ -82,7 +83,7 @@ def chunk(Lc, s, gen, force_wide=0.0, steep=False, bf16=False):
         inter = f * (Re[3] - Re[J]).exp()[None, :] * inter_k[cols]
         endc += (k[cols] * inter).sum(0)
         dk[cols] = inter + s * f * Z
-    for I in range(4):  # the wide diagonal blocks, one exp a pair
+    for I in range(0 if skip_exact else 4):  # the wide diagonal blocks, one exp a pair
         for a in range(16):
             for b in range(16):
                 i, j = 16 * I + a, 16 * I + b

@@ -1102,6 +1102,19 @@ TEST(CudaBackward, NoDeltaLong) {
   check_case(c);
 }
 
+// The CUDA backward of case c on the given inputs (their gates edited by the caller): every gradient
+// within SPEC of the float64 reference's.
+void expect_grads_meet_reference(const Case& c, const Inputs& x) {
+  Grads got, ref;
+  Status s = run_cuda(c, x, &got);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(run_reference_backward(c, x, &ref).ok());
+  for (int i = 0; i < kNumGrads; ++i) {
+    if (!got.at(i)->present()) continue;
+    EXPECT_LE(rel_err(*got.at(i), *ref.at(i)), tolerance_for(c.dt)) << kGradNames[i];
+  }
+}
+
 // g = -inf (a full forget) at some tokens: finite gradients equal to the reference's (SPEC).
 TEST(CudaBackward, NoDeltaSmallNegativeInfinityGates) {
   SKIP_WITHOUT_GPU();
@@ -1118,14 +1131,7 @@ TEST(CudaBackward, NoDeltaSmallNegativeInfinityGates) {
       const int64_t w = c.HV * (fam == Family::kGLA ? c.K : 1);
       for (int64_t t : {0, 5, 63, 64, 100})
         for (int64_t i = 0; i < w; ++i) x.g.set(t * w + i, -std::numeric_limits<double>::infinity());
-      Grads got, ref;
-      Status s = run_cuda(c, x, &got);
-      ASSERT_TRUE(s.ok()) << s.message;
-      ASSERT_TRUE(run_reference_backward(c, x, &ref).ok());
-      for (int i = 0; i < kNumGrads; ++i) {
-        if (!got.at(i)->present()) continue;
-        EXPECT_LE(rel_err(*got.at(i), *ref.at(i)), tolerance_for(dt)) << kGradNames[i];
-      }
+      expect_grads_meet_reference(c, x);
     }
 }
 
@@ -1156,14 +1162,7 @@ TEST(CudaBackward, GlaSmallHopperSteepGates) {
         for (int64_t i = 0; i < w; ++i)
           if ((i % c.K) % 3 == 0) x.g.set(t * w + i, -2.0 - 4.0 * static_cast<double>((7 * t + i) % 11) / 10.0);
     }
-    Grads got, ref;
-    Status s = run_cuda(c, x, &got);
-    ASSERT_TRUE(s.ok()) << s.message;
-    ASSERT_TRUE(run_reference_backward(c, x, &ref).ok());
-    for (int i = 0; i < kNumGrads; ++i) {
-      if (!got.at(i)->present()) continue;
-      EXPECT_LE(rel_err(*got.at(i), *ref.at(i)), tolerance_for(c.dt)) << kGradNames[i];
-    }
+    expect_grads_meet_reference(c, x);
   }
   expect_repeatable(c, BwdPath::kAuto);  // the case's own gates: bitwise run to run
 }

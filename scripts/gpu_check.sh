@@ -64,7 +64,9 @@ step "python package"
 wait $pip_pid
 [ "$(cat "$out/pip.rc" 2>/dev/null)" = 0 ] || { tail -30 "$out/pip.log"; status=1; }
 step "python tests"
-PYTHONPATH="$root/third_party_ref" python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" | tail -15
+# FLA for the tests that compare with it: a checkout in third_party_ref, else the bundled release
+fla_site=; [ -d "$root/third_party_ref/fla" ] || { [ -d "$root/.device/fla-compat/site/fla" ] && fla_site=":$root/.device/fla-compat/site"; }
+PYTHONPATH="$root/third_party_ref$fla_site" python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if [ -d "$root/.device/fla-compat/site" ]; then
   # FLA 0.6.0's own operator tests with linattn (CUDA) on the side under test, file by file with a

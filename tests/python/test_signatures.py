@@ -1,8 +1,8 @@
 """inspect.signature of every public function matches flash-linear-attention's: same
 parameter names, order, kinds and defaults; linattn's extras only after FLA's parameters
 (keyword-only or defaulted). FLA's signatures come from the table below (what CI checks);
-when a local FLA copy exists (third_party_ref/fla, never imported) the test also parses it,
-so a drift between the table and FLA shows up here."""
+when a local FLA copy exists (third_party_ref/fla or the device bundle's, never imported) the
+test also parses it, so a drift between the table and FLA shows up here."""
 
 from __future__ import annotations
 
@@ -124,7 +124,12 @@ FLA_FILES = {
     "fused_recurrent_simple_gla": "simple_gla/fused_recurrent.py",
 }
 
-FLA_ROOT = Path(__file__).resolve().parents[2] / "third_party_ref" / "fla" / "ops"
+_ROOT = Path(__file__).resolve().parents[2]
+# a checkout in third_party_ref/fla, else the FLA release the device bundle carries
+# (scripts/make_device_bundle.sh); neither is imported, only parsed
+FLA_ROOT = next((d for d in (_ROOT / "third_party_ref" / "fla" / "ops",
+                             _ROOT / ".device" / "fla-compat" / "site" / "fla" / "ops") if d.is_dir()),
+                _ROOT / "third_party_ref" / "fla" / "ops")
 
 
 def check_against(ours, fla_params, fla_var_kw):
@@ -175,7 +180,7 @@ def _parse_fla(path: Path, name: str):
     raise LookupError(f"{name} not found in {path}")
 
 
-@pytest.mark.skipif(not FLA_ROOT.is_dir(), reason="no local FLA copy (third_party_ref/fla)")
+@pytest.mark.skipif(not FLA_ROOT.is_dir(), reason="no local FLA copy (third_party_ref/fla or .device/fla-compat/site/fla)")
 @pytest.mark.parametrize("name", sorted(FLA_FILES))
 def test_signature_matches_local_fla(name):
     params, var_kw = _parse_fla(FLA_ROOT / FLA_FILES[name], name)

@@ -429,8 +429,7 @@ def suite_order(rows: list) -> list:
 def prune_merged_runs(env: dict, rows: list) -> None:
     """Keep in env["merged_runs"] only the earlier runs some row still comes from. A row records
     its run (`run`: that run's run_id); rows written before runs were recorded carry none and
-    keep every earlier run of their section listed. A run on another GPU model keeps no GPU rows
-    (--merge drops them), whatever its rows say."""
+    keep every earlier run of their section listed."""
     stamped = {(r["section"], r["run"]) for r in rows if r.get("run")}
     unstamped = {r["section"] for r in rows if not r.get("run")}
     kept = []
@@ -438,8 +437,6 @@ def prune_merged_runs(env: dict, rows: list) -> None:
         for section in ("gpu", "cpu"):
             if section not in unstamped and (section, run.get("run_id")) not in stamped:
                 run[f"{section}_rows_dropped"] = True
-        if env.get("mode") != "cpu-only" and run.get("device") != env.get("device"):
-            run["gpu_rows_dropped"] = True
         if not (run.get("gpu_rows_dropped") and run.get("cpu_rows_dropped")):
             kept.append(run)
     if "merged_runs" in env:
@@ -541,23 +538,30 @@ def main(argv=None) -> int:
             old = json.load(f)
         old_rows = old.get("rows", [])
         prev = dict(old.get("environment", {}))
-        # One report, one GPU model (and one host CPU for the CPU section): rows measured on another
-        # card would sit beside this run's with nothing in the table to tell them apart. A merge is
-        # transitive, so the earlier run's device stands for every run it had merged in.
+        prev.setdefault("ceilings", old.get("ceilings"))  # a run's ceilings stay with it once merged
+        # GPU rows keep the card they were measured on (`device`; rows from before rows recorded it
+        # come from the earlier run's card, which stood for every run it had merged in), so a report
+        # can hold several cards, each with its own tables (report.py): a later run on one card
+        # replaces only that card's rows. The CPU section keeps one host CPU: rows measured on
+        # another one sit beside this run's with nothing in their table to tell them apart.
+        for r in old_rows:
+            if r["section"] == "gpu":
+                r.setdefault("device", prev.get("device"))
         earlier = prev.pop("merged_runs", [])
         runs = ([prev] if prev else []) + earlier
-        for section, key, measured_here in (("gpu", "device", not args.cpu_only),
-                                             ("cpu", "host_cpu", not args.skip_cpu)):
-            if measured_here and prev.get(key) != env.get(key):
-                n = sum(r["section"] == section for r in old_rows)
-                if n:
-                    log(f"--merge: dropping {n} earlier {section} rows measured on "
-                        f"{prev.get(key)!r}, not this run's {env.get(key)!r}")
-                old_rows = [r for r in old_rows if r["section"] != section]
-                for run in runs:  # the report says which of the earlier runs' rows remain
-                    run[f"{section}_rows_dropped"] = True
+        if not args.skip_cpu and prev.get("host_cpu") != env.get("host_cpu"):
+            n = sum(r["section"] == "cpu" for r in old_rows)
+            if n:
+                log(f"--merge: dropping {n} earlier cpu rows measured on "
+                    f"{prev.get('host_cpu')!r}, not this run's {env.get('host_cpu')!r}")
+            old_rows = [r for r in old_rows if r["section"] != "cpu"]
+            for run in runs:  # the report says which of the earlier runs' rows remain
+                run["cpu_rows_dropped"] = True
+        kept_cards = sorted({r["device"] for r in old_rows if r["section"] == "gpu"} - {env.get("device")})
+        if kept_cards:
+            log(f"--merge: keeping the earlier rows measured on {', '.join(kept_cards)} beside this run's")
         # the earlier run's own environment, then the runs it had merged in, while any of their rows
-        # remain (a run is not attributed row by row: a section's rows are kept or dropped together)
+        # remain (prune_merged_runs: by each row's `run`)
         left = {r["section"] for r in old_rows}
         for run in runs:
             for section in ("gpu", "cpu"):
@@ -565,14 +569,18 @@ def main(argv=None) -> int:
                     run[f"{section}_rows_dropped"] = True
         env["merged_runs"] = [r for r in runs if not (r.get("gpu_rows_dropped") and r.get("cpu_rows_dropped"))]
 
+    env["ceilings"] = ceil
     state = {"environment": env, "ceilings": ceil, "rows": [], "skipped": [], "notes": []}
 
     def rowkey(r):
-        return (r["section"], r["variant"], r["shape"], r["direction"], r["H"], r["HV"], r["K"], r["V"])
+        return (r["section"], r["variant"], r["shape"], r["direction"], r["H"], r["HV"], r["K"], r["V"],
+                r.get("device") if r["section"] == "gpu" else None)
 
     def flush(plots=False):
         for r in state["rows"]:  # which run measured each row: the report lists only runs with rows left
             r.setdefault("run", env["run_id"])
+            if r["section"] == "gpu":  # and on which card
+                r.setdefault("device", env.get("device"))
         new = {rowkey(r) for r in state["rows"]}
         merged = suite_order([r for r in old_rows if rowkey(r) not in new] + state["rows"])
         prune_merged_runs(env, merged)

@@ -6,7 +6,7 @@
 2. --dry-run writes a complete report (every variant, both directions, plots);
 3. the row code records "not implemented" (NotImplementedError), "refuses: <first line>"
    (another exception) and a backward-only failure, and keeps the other side's numbers;
-4. --merge keeps an earlier run's rows only where they were measured on the same GPU model;
+4. --merge keeps an earlier run's rows, each with the GPU model it was measured on (a section per card);
 5. --smoke on two variants runs the real measurement path end to end.
 
     python3 bench/selftest.py
@@ -170,12 +170,27 @@ def test_merge(tmp):
     check(order.index("gdn") < order.index("gla"), f"--merge keeps the suite's variant order ({order[:4]})")
     path = os.path.join(out, "results.json")
     doc = json.load(open(path))
-    doc["environment"]["device"] = "some other GPU"
+    for run in [doc["environment"]] + doc["environment"].get("merged_runs", []):
+        run["device"] = "some other GPU"
+    for r in doc["rows"]:
+        r["device"] = "some other GPU"
     json.dump(doc, open(path, "w"))
-    run_benchmarks.main(base + ["--ops", "simple_gla", "--merge"])
-    check(families() == {"simple_gla"}, f"--merge drops rows measured on another GPU ({sorted(families())})")
+    run_benchmarks.main(base + ["--ops", "simple_gla,gdn", "--merge"])
+    doc = json.load(open(path))
+    by_card = {(r["device"], r["family"]) for r in doc["rows"]}
+    here = doc["environment"]["device"]
+    check(by_card == {("some other GPU", "gla"), ("some other GPU", "gdn"), (here, "simple_gla"), (here, "gdn")},
+          f"--merge keeps another GPU's rows beside this run's, each with its card ({sorted(by_card)})")
     md = open(os.path.join(out, "BENCHMARKS.md")).read()
-    check("earlier run merged in" not in md, "the report lists no earlier run once none of its rows remain")
+    check("## Summary — some other GPU" in md and f"## Summary — {here}" in md
+          and md.index(f"## Summary — {here}") < md.index("## Summary — some other GPU"),
+          "a report of two cards has a section per card, this run's first")
+    check(md.count("earlier run merged in") == 2 and md.count("some other GPU, linattn") == 2,
+          "the other card's runs are listed while their rows remain")
+    run_benchmarks.main(base + ["--ops", "simple_gla"])  # no merge: one card, one run
+    md = open(os.path.join(out, "BENCHMARKS.md")).read()
+    check("earlier run merged in" not in md and "## Summary\n" in md and "## Summary —" not in md,
+          "one card: no per-card headings")
     check("Partial run" not in md, "a complete run is not reported as partial")
     doc = json.load(open(path))  # a run cut off before one of its planned items
     doc["planned"].append({"variant": "gla", "shape": "2x8192", "label": "2×8192"})

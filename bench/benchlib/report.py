@@ -148,31 +148,37 @@ def write_markdown(doc: dict, path: str) -> None:
     for k, v in items:
         w(f"| {k} | {_esc(v, 200)} |")
     for i, run in enumerate(env.get("merged_runs") or []):
-        kept = ("; its GPU rows dropped (another GPU), CPU rows kept" if run.get("gpu_rows_dropped")
+        kept = ("; its GPU rows measured again since, CPU rows kept" if run.get("gpu_rows_dropped")
                 else "; its CPU rows dropped (another host CPU), GPU rows kept" if run.get("cpu_rows_dropped") else "")
         commit = f", linattn {run['linattn_commit'][:12]}" if run.get("linattn_commit") else ""
         w(f"| earlier run merged in ({i + 1}) | {_esc(run.get('date_utc'))}, `{_esc(run.get('command'), 120)}`, "
           f"{_esc(run.get('device'))}{commit}{kept} |")
     w("")
 
+    gpu = [r for r in rows if r["section"] == "gpu"]
+    cards = _cards(doc, gpu)
     if ceil and ceil.get("assumed"):
         w("## Ceilings — ASSUMED, not measured (dry run)")
         w("")
         w(f"- copy bandwidth {ceil['copy_bw_Bps'] / 1e12:.2f} TB/s, bf16 matrix rate "
           f"{ceil['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s (made-up round numbers).")
         w("")
-    elif ceil:
-        w("## Measured ceilings (this run)")
+    elif ceil or len(cards) > 1:
+        w("## Measured ceilings (this run)" if len(cards) <= 1 else "## Measured ceilings (each card's newest run)")
         w("")
-        w(f"- copy bandwidth: **{ceil['copy_bw_Bps'] / 1e12:.2f} TB/s** — a {ceil['copy_bytes'] / 2 ** 31:.0f} GiB "
-          f"device-to-device copy (`dst.copy_(src)`, {ceil['copy_bytes'] / 2 ** 31:.0f} GiB read + written), "
-          f"median of 10 after 3 warm-ups ({fms(ceil['copy_ms'])} ms).")
-        w(f"- {ceil['matmul_dtype']} matrix rate: **{ceil['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s** — "
-          f"`torch.matmul` of two random {ceil['matmul_n']}×{ceil['matmul_n']} matrices, 2n³ FLOPs, median of 10 "
-          f"after 3 warm-ups ({fms(ceil['matmul_ms'])} ms).")
+        for card in cards or [dev]:
+            c = _card_ceilings(doc, card)
+            if not c:
+                continue
+            who = f"{card}: " if len(cards) > 1 else ""
+            w(f"- {who}copy bandwidth: **{c['copy_bw_Bps'] / 1e12:.2f} TB/s** — a {c['copy_bytes'] / 2 ** 31:.0f} GiB "
+              f"device-to-device copy (`dst.copy_(src)`, {c['copy_bytes'] / 2 ** 31:.0f} GiB read + written), "
+              f"median of 10 after 3 warm-ups ({fms(c['copy_ms'])} ms).")
+            w(f"- {who}{c['matmul_dtype']} matrix rate: **{c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s** — "
+              f"`torch.matmul` of two random {c['matmul_n']}×{c['matmul_n']} matrices, 2n³ FLOPs, median of 10 "
+              f"after 3 warm-ups ({fms(c['matmul_ms'])} ms).")
         w("")
 
-    gpu = [r for r in rows if r["section"] == "gpu"]
     if gpu:
         w("## How to read the tables")
         w("")
@@ -193,51 +199,13 @@ def write_markdown(doc: dict, path: str) -> None:
           "measured above; (m) memory-bound, (c) compute-bound. **×floor**: time / floor.")
         w("- **not implemented**: the call raised NotImplementedError; **refuses**: it raised another "
           "exception, whose first line is shown.")
+        if len(cards) > 1:
+            w(f"- **cards**: the rows come from {len(cards)} GPU models ({', '.join(cards)}); each has its own "
+              "summary, tables and first-call times, its floors from its own ceilings. Compare ratios "
+              "within a card: FLA ran beside ours on the same card in the same process for every row.")
         w("")
-        _summary(w, gpu)
-        variants = []
-        for r in gpu:
-            if r["variant"] not in [v for v, _ in variants]:
-                variants.append((r["variant"], r))
-        plots = {p["variant"]: p["file"] for p in doc.get("plots", []) if p.get("file")}
-        for vkey, r0 in variants:
-            opts = ", ".join(f"{k}={v}" for k, v in r0["options"].items()) or "defaults"
-            w(f"## {r0['variant_label']} (`{vkey}`)")
-            w("")
-            w(f"`{_fn_name(r0['family'])}`, H={r0['H']}, HV={r0['HV']}, K={r0['K']}, V={r0['V']}, "
-              f"{r0['dtype']}, {opts}.")
-            w("")
-            if vkey in plots:
-                w(f"![{vkey}: time vs tokens]({plots[vkey]})")
-                w("")
-            for d in ("fwd", "fwdbwd"):
-                rs = sorted([r for r in gpu if r["variant"] == vkey and r["direction"] == d], key=_row_order)
-                if not rs:
-                    continue
-                w(f"### {DIR_LABEL[d]}")
-                w("")
-                w("| shape | ours ms | FLA ms | FLA/ours | ours MiB | FLA MiB | ours vs FLA | ours vs fp64 "
-                  "| FLA vs fp64 | floor ms | ours ×floor | FLA ×floor |")
-                w("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: |")
-                for r in rs:
-                    o, f = r.get("ours", {}), r.get("fla", {})
-                    fl = r.get("floor") or {}
-                    sp = r.get("speedup_fla_over_ours")
-                    fp64 = r.get("fp64") or {}
-                    w("| " + " | ".join([
-                        _esc(r["shape_label"], 60),
-                        status_cell(o), status_cell(f),
-                        "–" if sp is None else f"{sp:.2f}×",
-                        fmib(o.get("peak_extra_bytes")), fmib(f.get("peak_extra_bytes")),
-                        err_cell(r.get("err_ours_vs_fla"), d),
-                        err_cell(fp64.get("ours"), d) if fp64 else "–",
-                        err_cell(fp64.get("fla"), d) if fp64 else "–",
-                        (f"{fms(fl['floor_ms'])} ({fl['bound'][0]})" if fl else "–"),
-                        "–" if o.get("x_floor") is None else f"{o['x_floor']:.1f}",
-                        "–" if f.get("x_floor") is None else f"{f['x_floor']:.1f}",
-                    ]) + " |")
-                w("")
-        _first_calls(w, gpu)
+        for card in cards:
+            _card_sections(w, doc, [r for r in gpu if _card_of(r, doc) == card], card if len(cards) > 1 else None)
 
     cpu = [r for r in rows if r["section"] == "cpu"]
     if cpu:
@@ -258,11 +226,93 @@ def write_markdown(doc: dict, path: str) -> None:
         for n in doc["notes"]:
             w(f"- {_esc(n, 300)}")
         w("")
-    w("Decode (single-token / fused recurrent) benchmarks: not yet part of the suite.")
+    w("Decode (single-token / fused recurrent, beside FLA's fused_recurrent kernels): `DECODE.md` beside "
+      "`results.json`, generated by `bench/decode_bench.py`.")
     w("")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(L))
     os.replace(path + ".tmp", path)
+
+
+def _cards(doc: dict, gpu: list) -> list[str]:
+    """The GPU models the rows were measured on: this run's first, then the others in row order."""
+    env = doc.get("environment", {})
+    cards = [env.get("device")] if any(_card_of(r, doc) == env.get("device") for r in gpu) else []
+    for r in gpu:
+        c = _card_of(r, doc)
+        if c not in cards:
+            cards.append(c)
+    return cards
+
+
+def _card_of(r: dict, doc: dict) -> str:
+    # rows written before rows recorded their card come from the report's own run's card (merges
+    # then kept only rows of one card)
+    return r.get("device") or doc.get("environment", {}).get("device") or "?"
+
+
+def _card_ceilings(doc: dict, card: str) -> dict | None:
+    """The ceilings of the newest run on that card (this run's, else the merged runs' in order)."""
+    env = doc.get("environment", {})
+    if env.get("device") == card and doc.get("ceilings"):
+        return doc["ceilings"]
+    for run in env.get("merged_runs") or []:
+        if run.get("device") == card and run.get("ceilings"):
+            return run["ceilings"]
+    return None
+
+
+def _card_sections(w, doc: dict, gpu: list, card: str | None) -> None:
+    """Summary, per-variant tables and first-call times of one card's rows (card None: the only one)."""
+    tag = "" if card is None else f" — {card}"
+    _summary(w, gpu, tag)
+    variants = []
+    for r in gpu:
+        if r["variant"] not in [v for v, _ in variants]:
+            variants.append((r["variant"], r))
+    this = card or _card_of(gpu[0], doc)
+    primary = _cards(doc, [r for r in doc.get("rows", []) if r["section"] == "gpu"])[0]
+    # plots.json entries from before plots recorded their card are the primary card's
+    plots = {p["variant"]: p["file"] for p in doc.get("plots", [])
+             if p.get("file") and (p.get("device") or primary) == this}
+    for vkey, r0 in variants:
+        opts = ", ".join(f"{k}={v}" for k, v in r0["options"].items()) or "defaults"
+        w(f"## {r0['variant_label']} (`{vkey}`){tag}")
+        w("")
+        w(f"`{_fn_name(r0['family'])}`, H={r0['H']}, HV={r0['HV']}, K={r0['K']}, V={r0['V']}, "
+          f"{r0['dtype']}, {opts}.")
+        w("")
+        if vkey in plots:
+            w(f"![{vkey}: time vs tokens]({plots[vkey]})")
+            w("")
+        for d in ("fwd", "fwdbwd"):
+            rs = sorted([r for r in gpu if r["variant"] == vkey and r["direction"] == d], key=_row_order)
+            if not rs:
+                continue
+            w(f"### {DIR_LABEL[d]}")
+            w("")
+            w("| shape | ours ms | FLA ms | FLA/ours | ours MiB | FLA MiB | ours vs FLA | ours vs fp64 "
+              "| FLA vs fp64 | floor ms | ours ×floor | FLA ×floor |")
+            w("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: |")
+            for r in rs:
+                o, f = r.get("ours", {}), r.get("fla", {})
+                fl = r.get("floor") or {}
+                sp = r.get("speedup_fla_over_ours")
+                fp64 = r.get("fp64") or {}
+                w("| " + " | ".join([
+                    _esc(r["shape_label"], 60),
+                    status_cell(o), status_cell(f),
+                    "–" if sp is None else f"{sp:.2f}×",
+                    fmib(o.get("peak_extra_bytes")), fmib(f.get("peak_extra_bytes")),
+                    err_cell(r.get("err_ours_vs_fla"), d),
+                    err_cell(fp64.get("ours"), d) if fp64 else "–",
+                    err_cell(fp64.get("fla"), d) if fp64 else "–",
+                    (f"{fms(fl['floor_ms'])} ({fl['bound'][0]})" if fl else "–"),
+                    "–" if o.get("x_floor") is None else f"{o['x_floor']:.1f}",
+                    "–" if f.get("x_floor") is None else f"{f['x_floor']:.1f}",
+                ]) + " |")
+            w("")
+    _first_calls(w, gpu, tag)
 
 
 def _fn_name(family: str) -> str:
@@ -290,8 +340,8 @@ def _geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def _summary(w, gpu):
-    w("## Summary")
+def _summary(w, gpu, tag=""):
+    w(f"## Summary{tag}")
     w("")
     w("Per operator and direction: geometric mean of FLA/ours over the shapes where both ran, the "
       "range, our worst error against float64 (output; gradients), and how many shapes each ran.")
@@ -333,8 +383,8 @@ def _summary(w, gpu):
     w("")
 
 
-def _first_calls(w, gpu):
-    w("## First-call times (compilation, autotuning)")
+def _first_calls(w, gpu, tag=""):
+    w(f"## First-call times (compilation, autotuning){tag}")
     w("")
     w("Wall time of the first call of each operator and direction, fixed-length and varlen separately "
       "(FLA's Triton kernels compile and autotune there; later shapes may re-tune). Not part of the "
@@ -383,22 +433,27 @@ def _cpu(w, cpu, doc):
 
 
 def plots(doc: dict, out_dir: str) -> list[dict]:
-    """One PNG per operator variant: median time against tokens, ours and FLA, forward and
-    forward + backward side by side; fixed-length shapes as lines, varlen as markers."""
+    """One PNG per operator variant and GPU model: median time against tokens, ours and FLA, forward
+    and forward + backward side by side; fixed-length shapes as lines, varlen as markers."""
     try:
         import matplotlib  # noqa: PLC0415
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except Exception as e:  # noqa: BLE001
         return [{"variant": None, "file": None, "error": f"matplotlib not importable: {e}"}]
-    gpu = [r for r in doc.get("rows", []) if r["section"] == "gpu"]
+    all_gpu = [r for r in doc.get("rows", []) if r["section"] == "gpu"]
     made = []
-    variants = []
-    for r in gpu:
-        if r["variant"] not in variants:
-            variants.append(r["variant"])
-    for v in variants:
-        rs = [r for r in gpu if r["variant"] == v]
+    cards = _cards(doc, all_gpu)
+    jobs = []  # (variant, card, rows): one figure each; the first card's files keep the plain name
+    for ci, card in enumerate(cards):
+        gpu = [r for r in all_gpu if _card_of(r, doc) == card]
+        variants = []
+        for r in gpu:
+            if r["variant"] not in variants:
+                variants.append(r["variant"])
+        for v in variants:
+            jobs.append((v, card, ci, [r for r in gpu if r["variant"] == v]))
+    for v, card, ci, rs in jobs:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         any_data = False
         for ax, d in zip(axes, ("fwd", "fwdbwd")):
@@ -438,15 +493,16 @@ def plots(doc: dict, out_dir: str) -> list[dict]:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
         mode = doc.get("environment", {}).get("mode")
-        title = doc.get("environment", {}).get("device", "")
+        title = card
         if mode in ("dry-run", "smoke"):
             title += f"  [{mode.upper()}: NOT REAL TIMINGS]"
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
-        fname = f"{v}.png"
+        slug = "".join(ch if ch.isalnum() else "_" for ch in card).strip("_")
+        fname = f"{v}.png" if ci == 0 else f"{v}@{slug}.png"
         if any_data:
             fig.savefig(os.path.join(out_dir, fname), dpi=110)
-            made.append({"variant": v, "file": fname})
+            made.append({"variant": v, "file": fname, "device": card})
         plt.close(fig)
     with open(os.path.join(out_dir, "plots.json"), "w") as f:
         json.dump(made, f)

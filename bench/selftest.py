@@ -184,7 +184,7 @@ def test_merge(tmp):
     md = open(os.path.join(out, "BENCHMARKS.md")).read()
     check("## Summary — some other GPU" in md and f"## Summary — {here}" in md
           and md.index(f"## Summary — {here}") < md.index("## Summary — some other GPU"),
-          "a report of two cards has a section per card, this run's first")
+          "a report of two cards has a section per card, the one with more rows first")
     check(md.count("earlier run merged in") == 2 and md.count("some other GPU, linattn") == 2,
           "the other card's runs are listed while their rows remain")
     run_benchmarks.main(base + ["--ops", "simple_gla"])  # no merge: one card, one run

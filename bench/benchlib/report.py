@@ -235,14 +235,15 @@ def write_markdown(doc: dict, path: str) -> None:
 
 
 def _cards(doc: dict, gpu: list) -> list[str]:
-    """The GPU models the rows were measured on: this run's first, then the others in row order."""
+    """The GPU models the rows were measured on, the one with the most rows first (ties: this run's
+    card, then row order)."""
     env = doc.get("environment", {})
-    cards = [env.get("device")] if any(_card_of(r, doc) == env.get("device") for r in gpu) else []
+    seen = [env.get("device")] if any(_card_of(r, doc) == env.get("device") for r in gpu) else []
     for r in gpu:
-        c = _card_of(r, doc)
-        if c not in cards:
-            cards.append(c)
-    return cards
+        if _card_of(r, doc) not in seen:
+            seen.append(_card_of(r, doc))
+    count = {c: sum(_card_of(r, doc) == c for r in gpu) for c in seen}
+    return sorted(seen, key=lambda c: (-count[c], seen.index(c)))
 
 
 def _card_of(r: dict, doc: dict) -> str:

@@ -7,7 +7,7 @@
 #
 # OPS: all, or variant keys or families for --ops (e.g. kda, or gdn,gla). SECONDS: the time
 # this call may take in all (default 540). Results of earlier calls placed in bench/results/
-# (unpacked from their results.tgz) are merged. Triton's cache (compiled kernels and, with
+# (unpacked from their results.tgz), or a warm machine's previous call, are merged. Triton's cache (compiled kernels and, with
 # TRITON_CACHE_AUTOTUNING=1, FLA's autotuning choices) is restored from
 # .device/triton-cache.txz.part-* when carried and saved to $OUT/triton-cache.txz.part-* (xz, half
 # gzip's size, which keeps .device under the device's 64 MiB carry limit; split to pass its
@@ -49,8 +49,24 @@ sel=()
 [ "$ops" = all ] || sel+=(--ops "$ops")
 # FLA from the device bundle (scripts/make_device_bundle.sh) unless the caller names a copy
 case " $* " in *" --fla-path "*) ;; *) [ -d .device/fla-compat/site/fla ] && sel+=(--fla-path .device/fla-compat/site) ;; esac
-if [ -f bench/results/results.json ]; then
-  cp -r bench/results/. "$out/results/"
+# The merge base: the tree's bench/results, or, on a warm machine, the previous call's results
+# (kept in /tmp/linattn-bench-results) when they descend from the tree's (the tree's run is theirs
+# or among their merged runs): calls in a row then merge without unpacking results.tgz between them.
+base=bench/results
+keep=/tmp/linattn-bench-results
+if [ -f "$keep/results.json" ] && python3 - "$keep/results.json" bench/results/results.json <<'PY'
+import json, os, sys
+kept = json.load(open(sys.argv[1]))["environment"]
+tree = json.load(open(sys.argv[2]))["environment"]["run_id"] if os.path.exists(sys.argv[2]) else None
+runs = [kept.get("run_id")] + [r.get("run_id") for r in kept.get("merged_runs") or []]
+sys.exit(0 if tree is None or tree in runs else 1)
+PY
+then
+  base=$keep
+  echo "merge base: this machine's previous call ($keep)"
+fi
+if [ -f "$base/results.json" ]; then
+  cp -r "$base/." "$out/results/"
   sel+=(--merge)
 fi
 # Leave 40 s for packing; the suite itself stops starting new shapes at its --time-budget.
@@ -58,6 +74,7 @@ left=$(( total - (SECONDS - t0) - 40 ))
 PYTHONUNBUFFERED=1 timeout "$left" python3 bench/run_benchmarks.py --out "$out/results" \
   --report "$out/results/BENCHMARKS.md" --time-budget $(( left - 60 )) "${sel[@]}" "$@" \
   2>&1 | tee "$out/bench.log" | grep -v "^\s*$" | tail -40
+rm -rf "$keep" && cp -r "$out/results" "$keep"
 (cd "$out" && tar -czf results.tgz results && rm -rf results)
 # Keep what loading a cached kernel reads (cubin, metadata, launchers, autotuning choices); the
 # intermediate IRs are only written, and get_group skips children that are absent.

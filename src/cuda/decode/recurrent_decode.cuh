@@ -135,10 +135,10 @@ __device__ __forceinline__ float f4(const float4& x, int j) { return reinterpret
 __device__ __forceinline__ int clamp_nv(int valid) { return valid < 0 ? 0 : (valid > 4 ? 4 : valid); }
 
 // ---------------------------------------------------------------- gate and beta
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
-__device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+// The transforms are gate.cuh's float32 ones (the chunked backward's transform_raw and
+// sigmoid_precise): one home for SPEC.md's gate and beta transforms, the limits of the formulas
+// when exp(A_log) over- or underflows included.
 
-// Log decay of channel c (or the head's scalar) at token `tok`: SPEC.md's gate transforms.
 // The raw gate value of channel c (or the head's scalar) at token `tok` (0 without g).
 __device__ __forceinline__ float gate_raw(const Params& p, long long tok, int hv, int c) {
   if (!p.has_g) return 0.f;
@@ -149,22 +149,11 @@ __device__ __forceinline__ float gate_raw(const Params& p, long long tok, int hv
 __device__ __forceinline__ float log_decay_from(const Params& p, float raw, int hv, int c) {
   float lg = 0.f;
   if (p.has_g) {
-    if (p.gate_kind == 0) {
-      lg = raw;
-    } else {
-      const float x = raw + (p.has_dtb ? ld_any(p.dt_bias, p.dtb_dt, p.vector_gate ? (long long)hv * p.K + c : hv) : 0.f);
-      // the limits of the formulas when exp(A_log) over- or underflows (gate.cuh): no inf * 0
-      if (p.gate_kind == 1) {
-        const float alog = ld_any(p.A_log, p.alog_dt, hv);
-        lg = gate::neg_exp_softplus(alog, expf(alog), x, softplusf_(x));
-      } else {
-        float z = x;
-        if (p.has_alog) {
-          const float alog = ld_any(p.A_log, p.alog_dt, hv);
-          z = gate::exp_times(alog, expf(alog), x);
-        }
-        lg = p.lower_bound * sigmoidf_(z);
-      }
+    lg = raw;
+    if (p.gate_kind != 0) {
+      const float dtb = p.has_dtb ? ld_any(p.dt_bias, p.dtb_dt, p.vector_gate ? (long long)hv * p.K + c : hv) : 0.f;
+      const float alog = p.gate_kind == 1 || p.has_alog ? ld_any(p.A_log, p.alog_dt, hv) : 0.f;
+      lg = gate::transform_raw(p.gate_kind, p.has_alog, p.lower_bound, raw, dtb, alog);
     }
   }
   if (p.has_gamma) lg += ld_any(p.g_gamma, p.gg_dt, hv);
@@ -174,7 +163,7 @@ __device__ __forceinline__ float log_decay_from(const Params& p, float raw, int 
 __device__ __forceinline__ float beta_at(const Params& p, long long tok, int hv, int col) {
   const long long bi = p.beta_per_v ? (tok * p.HV + hv) * p.V + col : tok * p.HV + hv;
   const float b = ld_any(p.beta, p.beta_dt, bi);
-  return p.beta_mode == 0 ? b : (p.beta_mode == 2 ? 2.f : 1.f) * sigmoidf_(b);
+  return p.beta_mode == 0 ? b : (p.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
 }
 
 template <int W>

@@ -34,7 +34,10 @@ using kern::wgmma_recurrence::acc_row;
 using kern::wgmma_recurrence::copy_kmajor;
 using kern::wgmma_recurrence::fence_regs;
 using kern::wgmma_recurrence::kmajor_off;
+using kern::wgmma_recurrence::piece_dot;
+using kern::wgmma_recurrence::quad_prefix;
 using kern::wgmma_recurrence::quad_transpose4;
+using kern::wgmma_recurrence::QuadScan;
 using kern::wgmma_recurrence::wg_gemm;
 using kern::load_any;
 using kern::pack2;
@@ -233,19 +236,12 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_scalar_wgmma_kernel(const _
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const float x0 = X[4 * n + 2 * h], x1 = X[4 * n + 2 * h + 1];
-        float incl = x0 + x1;
-        float y = __shfl_up_sync(0xffffffffu, incl, 1, 4);
-        if (t >= 1) incl += y;
-        y = __shfl_up_sync(0xffffffffu, incl, 2, 4);
-        if (t >= 2) incl += y;
-        float ex = __shfl_up_sync(0xffffffffu, incl, 1, 4);
-        if (t == 0) ex = 0.f;
-        const float tot = __shfl_sync(0xffffffffu, incl, 3, 4);
+        const QuadScan qs = quad_prefix(x0, x1, t);
         const int c0 = 8 * n + 2 * t;
-        ex += base;
+        const float ex = base + qs.ex;
         if (r >= c0) contrib[2 * n] += ex;
         if (r >= c0 + 1) contrib[2 * n + 1] += ex + x0;
-        base += tot;
+        base += qs.tot;
       }
     }
 #pragma unroll
@@ -293,12 +289,7 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_scalar_wgmma_kernel(const _
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
         const int e = 8 * (tid + kThreads * m);
-        const uint4 a = *reinterpret_cast<const uint4*>(sm.S + e);
-        const uint4 b = *reinterpret_cast<const uint4*>(sm.dS + e);
-        const T* ae = reinterpret_cast<const T*>(&a);
-        const T* be = reinterpret_cast<const T*>(&b);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) cs += to_f(ae[j]) * to_f(be[j]);
+        piece_dot<T>(*reinterpret_cast<const uint4*>(sm.S + e), *reinterpret_cast<const uint4*>(sm.dS + e), cs);
       }
     }
     warpgroup_wait<0>();

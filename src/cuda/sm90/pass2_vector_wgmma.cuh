@@ -51,6 +51,10 @@ using kern::wgmma_recurrence::fence_regs;
 using kern::wgmma_recurrence::kmajor_off;
 using kern::wgmma_recurrence::Layouts;
 using kern::wgmma_recurrence::movmatrix_trans;
+using kern::wgmma_recurrence::piece_dot;
+using kern::wgmma_recurrence::quad_prefix;
+using kern::wgmma_recurrence::quad_suffix;
+using kern::wgmma_recurrence::QuadScan;
 using kern::wgmma_recurrence::wg_gemm;
 
 constexpr int kC = config::kChunk;  // 64 tokens
@@ -234,17 +238,10 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
     for (int n = 0; n < 8; ++n) {
       const int i0 = 4 * n + 2 * rr;
       const float x0 = gam[i0], x1 = gam[i0 + 1];
-      float incl = x0 + x1;
-      float y = __shfl_up_sync(0xffffffffu, incl, 1, 4);
-      if (t >= 1) incl += y;
-      y = __shfl_up_sync(0xffffffffu, incl, 2, 4);
-      if (t >= 2) incl += y;
-      float ex = __shfl_up_sync(0xffffffffu, incl, 1, 4);
-      if (t == 0) ex = 0.f;
-      const float tot = __shfl_sync(0xffffffffu, incl, 3, 4);
-      gam[i0] = base + ex + x0;
-      gam[i0 + 1] = base + ex + x0 + x1;
-      base += tot;
+      const QuadScan qs = quad_prefix(x0, x1, t);
+      gam[i0] = base + qs.ex + x0;
+      gam[i0 + 1] = base + qs.ex + x0 + x1;
+      base += qs.tot;
     }
   }
   // Re[b][rr]: γ at block b's last token (lane t = 3, n = 2 b + 1, e = 1); Rs(b) = γ before block b
@@ -316,12 +313,7 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const int off = kmajor_off<kH>(r, 64 * hf + 8 * m);
-      const uint4 x = *reinterpret_cast<const uint4*>(sm.S + off);
-      const uint4 y = *reinterpret_cast<const uint4*>(sm.dS + off);
-      const T* xe = reinterpret_cast<const T*>(&x);
-      const T* ye = reinterpret_cast<const T*>(&y);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) a += to_f(xe[e]) * to_f(ye[e]);
+      piece_dot<T>(*reinterpret_cast<const uint4*>(sm.S + off), *reinterpret_cast<const uint4*>(sm.dS + off), a);
     }
     a += __shfl_xor_sync(0xffffffffu, a, 1);
     if (hf == 0) sm.rs[r] = a;
@@ -573,15 +565,8 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
         const int i0 = 4 * n + 2 * rr;
         const float x0 = dgam[i0 * kThreads + tid] - khat(i0) * acc(i0);
         const float x1 = dgam[(i0 + 1) * kThreads + tid] - khat(i0 + 1) * acc(i0 + 1);
-        float incl = x0 + x1;  // the suffix over lanes t .. 3 of this 8-token block
-        float y = __shfl_down_sync(0xffffffffu, incl, 1, 4);
-        if (t <= 2) incl += y;
-        y = __shfl_down_sync(0xffffffffu, incl, 2, 4);
-        if (t <= 1) incl += y;
-        float ex = __shfl_down_sync(0xffffffffu, incl, 1, 4);  // lanes t + 1 .. 3
-        if (t == 3) ex = 0.f;
-        const float tot = __shfl_sync(0xffffffffu, incl, 0, 4);
-        const float d1 = base + ex + x1, d0 = d1 + x0;  // tokens 8 n + 2 t + 1, 8 n + 2 t
+        const QuadScan qs = quad_suffix(x0, x1, t);  // lanes t + 1 .. 3 of this 8-token block
+        const float d1 = base + qs.ex + x1, d0 = d1 + x0;  // tokens 8 n + 2 t + 1, 8 n + 2 t
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int tok = 8 * n + 2 * t + e;
@@ -589,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
             stf(p.dg, p.dg_dt, orow0 + static_cast<int64_t>(tok) * g_row + ch,
                 gate::identity_bwd((floored >> (i0 + e)) & 1u, e ? d1 : d0));
         }
-        base += tot;
+        base += qs.tot;
       }
     }
   }

@@ -223,6 +223,45 @@ __device__ __forceinline__ void fence_regs(Acc& a) {
 __device__ __forceinline__ int acc_row(int warp, int g, int i) { return 16 * warp + g + 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * t + (i & 1); }
 
+// Scans along an accumulator row's 8-column block, which a quad holds two columns a lane
+// (acc_col): for this lane's pair x0 + x1, `ex` is the sum of the pairs of the lanes before it
+// (quad_prefix) or after it (quad_suffix), `tot` the block's sum. Callers carry `tot` from block
+// to block for a scan along the whole row.
+struct QuadScan {
+  float ex, tot;
+};
+__device__ __forceinline__ QuadScan quad_prefix(float x0, float x1, int t) {
+  float incl = x0 + x1;
+  float y = __shfl_up_sync(0xffffffffu, incl, 1, 4);
+  if (t >= 1) incl += y;
+  y = __shfl_up_sync(0xffffffffu, incl, 2, 4);
+  if (t >= 2) incl += y;
+  float ex = __shfl_up_sync(0xffffffffu, incl, 1, 4);
+  if (t == 0) ex = 0.f;
+  return {ex, __shfl_sync(0xffffffffu, incl, 3, 4)};
+}
+__device__ __forceinline__ QuadScan quad_suffix(float x0, float x1, int t) {
+  float incl = x0 + x1;
+  float y = __shfl_down_sync(0xffffffffu, incl, 1, 4);
+  if (t <= 2) incl += y;
+  y = __shfl_down_sync(0xffffffffu, incl, 2, 4);
+  if (t <= 1) incl += y;
+  float ex = __shfl_down_sync(0xffffffffu, incl, 1, 4);
+  if (t == 3) ex = 0.f;
+  return {ex, __shfl_sync(0xffffffffu, incl, 0, 4)};
+}
+
+// s += Σ_e a_e b_e over the eight 16-bit T of two 16-byte pieces, in element order (float32 sums of
+// exact 16-bit products). The pieces are taken by value: one 16-byte load each, where a reference
+// into shared memory became eight 2-byte loads (seen in the SASS).
+template <class T>
+__device__ __forceinline__ void piece_dot(uint4 a, uint4 b, float& s) {
+  const T* ae = reinterpret_cast<const T*>(&a);
+  const T* be = reinterpret_cast<const T*>(&b);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) s += to_f(ae[e]) * to_f(be[e]);
+}
+
 // The 8x8 16-bit matrix a warp holds as (row lane / 4, columns 2 (lane % 4), +1) pairs, transposed:
 // the lane then holds the same positions of the transpose (accumulator pairs to row-major stores
 // of the transposed tile).

@@ -205,7 +205,8 @@ def write_markdown(doc: dict, path: str) -> None:
               "within a card: FLA ran beside ours on the same card in the same process for every row.")
         w("")
         for card in cards:
-            _card_sections(w, doc, [r for r in gpu if _card_of(r, doc) == card], card if len(cards) > 1 else None)
+            _card_sections(w, doc, [r for r in gpu if _card_of(r, doc) == card], card if len(cards) > 1 else None,
+                           cards[0])
 
     cpu = [r for r in rows if r["section"] == "cpu"]
     if cpu:
@@ -263,8 +264,9 @@ def _card_ceilings(doc: dict, card: str) -> dict | None:
     return None
 
 
-def _card_sections(w, doc: dict, gpu: list, card: str | None) -> None:
-    """Summary, per-variant tables and first-call times of one card's rows (card None: the only one)."""
+def _card_sections(w, doc: dict, gpu: list, card: str | None, primary: str) -> None:
+    """Summary, per-variant tables and first-call times of one card's rows (card None: the only one;
+    primary: the report's first card, which owns plots recorded without a card)."""
     tag = "" if card is None else f" — {card}"
     _summary(w, gpu, tag)
     variants = []
@@ -272,7 +274,6 @@ def _card_sections(w, doc: dict, gpu: list, card: str | None) -> None:
         if r["variant"] not in [v for v, _ in variants]:
             variants.append((r["variant"], r))
     this = card or _card_of(gpu[0], doc)
-    primary = _cards(doc, [r for r in doc.get("rows", []) if r["section"] == "gpu"])[0]
     # plots.json entries from before plots recorded their card are the primary card's
     plots = {p["variant"]: p["file"] for p in doc.get("plots", [])
              if p.get("file") and (p.get("device") or primary) == this}

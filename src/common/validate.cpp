@@ -56,7 +56,23 @@ Status check_element_aligned(const char* name, const TensorView& t) {
   return Status::Ok();
 }
 
-// Structural checks on one tensor: presence, rank, shape, contiguity, data pointer, device.
+// What every tensor argument must be beyond its shape and dtype: dense row-major, with data where
+// it has elements, aligned to its element size, on q's device.
+Status check_storage(const char* name, const TensorView& t, const Device& device) {
+  if (!t.is_contiguous()) {
+    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
+  }
+  if (t.numel() > 0 && t.data == nullptr) {
+    return Status::Invalid(std::string(name) + " has a null data pointer");
+  }
+  LINATTN_TRY(check_element_aligned(name, t));
+  if (!same_device(t.device, device)) {
+    return Status::Invalid(std::string(name) + " is on a different device than q");
+  }
+  return Status::Ok();
+}
+
+// Structural checks on one tensor: rank, shape, then its storage (check_storage).
 Status check_tensor(const char* name, const TensorView& t, std::initializer_list<int64_t> dims,
                     const Device& device) {
   if (t.ndim != static_cast<int32_t>(dims.size()) || t.ndim > kMaxDims) {
@@ -70,17 +86,7 @@ Status check_tensor(const char* name, const TensorView& t, std::initializer_list
                              ", got " + shape_str(t));
     }
   }
-  if (!t.is_contiguous()) {
-    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
-  }
-  if (t.numel() > 0 && t.data == nullptr) {
-    return Status::Invalid(std::string(name) + " has a null data pointer");
-  }
-  LINATTN_TRY(check_element_aligned(name, t));
-  if (!same_device(t.device, device)) {
-    return Status::Invalid(std::string(name) + " is on a different device than q");
-  }
-  return Status::Ok();
+  return check_storage(name, t, device);
 }
 
 // FLA's bound for a safe gate when none is given (its gate functions' default, seed 002).
@@ -130,8 +136,6 @@ Status check_state_dtype(const char* name, const TensorView& t) {
 Status check_same_as(const char* name, const TensorView& t, const char* ref_name,
                      const TensorView& ref, const Device& device) {
   if (!t.present()) return Status::Invalid(std::string(name) + " is required");
-  std::initializer_list<int64_t> dummy = {};
-  (void)dummy;
   if (t.ndim != ref.ndim) {
     return Status::Invalid(std::string(name) + " must have the shape of " + ref_name + " " +
                            shape_str(ref) + ", got " + shape_str(t));
@@ -146,17 +150,7 @@ Status check_same_as(const char* name, const TensorView& t, const char* ref_name
     return Status::Invalid(std::string(name) + " must have the dtype of " + ref_name + " (" +
                            dtype_name(ref.dtype) + "), got " + dtype_name(t.dtype));
   }
-  if (!t.is_contiguous()) {
-    return Status::Invalid(std::string(name) + " must be contiguous (row-major, dense)");
-  }
-  if (t.numel() > 0 && t.data == nullptr) {
-    return Status::Invalid(std::string(name) + " has a null data pointer");
-  }
-  LINATTN_TRY(check_element_aligned(name, t));
-  if (!same_device(t.device, device)) {
-    return Status::Invalid(std::string(name) + " is on a different device than q");
-  }
-  return Status::Ok();
+  return check_storage(name, t, device);
 }
 
 // Reads and checks host cu_seqlens values into p->cu.

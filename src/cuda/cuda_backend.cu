@@ -218,7 +218,8 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   if (p.num_chunks > 0) {
     kern::PrepParams pp = prep_params(p, in);
     pp.chunks = reinterpret_cast<const kern::ChunkInfo*>(base + lay.chunks);
-    const config::PrepSmem smem = config::prep_smem(dt, pp.K, p.vector_gate);
+    const config::PrepSmem smem = config::prep_smem(dt, pp.K, p.vector_gate, config::smem_limits(p.device.index));
+    if (!smem.fits) return smem_refusal("forward", "chunk_prep", smem.bytes, p.device.index);
     pp.q_in_smem = smem.q_in_smem;
     pp.W = p.delta ? base + lay.W : nullptr;
     pp.U = config::reads_v_rows(p) ? nullptr : base + lay.U;
@@ -277,7 +278,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
     const config::FusedTile ft =
-        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), rows);
+        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), rows,
+                           config::smem_limits(p.device.index));
+    if (ft.smem > config::smem_limits(p.device.index).block)
+      return smem_refusal("forward", "the state pass", ft.smem, p.device.index);
     sp.fused_vt = ft.vt;
     sp.stages = ft.stages;
     if (rows && ft.stages == 0) return {StatusCode::kBackendError, "CUDA forward: state pass does not fit shared memory"};

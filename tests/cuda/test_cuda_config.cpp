@@ -3,6 +3,7 @@
 // GPU needed. These pin today's choices; a change to a heuristic shows up here first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ TEST(CudaConfig, Limits) {
   EXPECT_EQ(cfg::align_up(256), 256u);
   EXPECT_EQ(cfg::align_up(257), 512u);
   EXPECT_EQ(cfg::kMaxSmem, 227u * 1024);
+  EXPECT_EQ(cfg::kHopperSmem.block, cfg::kMaxSmem);
+  EXPECT_EQ(cfg::kHopperSmem.sm, 228u * 1024);
+  // no device named: the Hopper limits, without a query
+  EXPECT_EQ(cfg::smem_limits(-1).block, cfg::kHopperSmem.block);
+  EXPECT_EQ(cfg::smem_limits(-1).sm, cfg::kHopperSmem.sm);
   EXPECT_EQ(cfg::dtype_code(DType::kFloat16), 0);
   EXPECT_EQ(cfg::dtype_code(DType::kBFloat16), 1);
   EXPECT_EQ(cfg::dtype_code(DType::kFloat32), 2);
@@ -93,18 +99,18 @@ TEST(CudaConfig, NoDeltaFamilies) {
 TEST(CudaConfig, FusedTile) {
   const int sms = 132;
   // bf16, K = V = 128: tiles of 64 unless half the SMs would idle (B = 2, HV = 32: 128 CTAs of 64)
-  const cfg::FusedTile big = cfg::fused_tile(1, 128, 128, 32, 2, sms, false);
+  const cfg::FusedTile big = cfg::fused_tile(1, 128, 128, 32, 2, sms, false, cfg::kHopperSmem);
   EXPECT_EQ(big.vt, 64);
   EXPECT_GT(big.stages, 0);
   EXPECT_LE(big.smem, cfg::kMaxSmem);
   // 32 CTAs of 64: 2 x 32 <= 132 -> tiles of 32 for the mma.sync pass; the wgmma pass (sm_90a build
   // on a CC 9.0 device) keeps 64, its M
-  EXPECT_EQ(cfg::fused_tile(1, 128, 128, 16, 1, sms, false).vt,
+  EXPECT_EQ(cfg::fused_tile(1, 128, 128, 16, 1, sms, false, cfg::kHopperSmem).vt,
             linattn::cuda::kern::recurrence_wgmma_supported(1, 128, 128) ? 64 : 32);
-  EXPECT_EQ(cfg::fused_tile(1, 64, 128, 16, 1, sms, false).vt, 32);  // K = 64: the mma.sync pass
-  EXPECT_EQ(cfg::fused_tile(0, 128, 128, 33, 2, sms, false).vt, 64);
-  EXPECT_EQ(cfg::fused_tile(2, 128, 128, 32, 2, sms, false).vt, 32);  // float32: always 32
-  EXPECT_GT(cfg::fused_tile(1, 128, 128, 32, 2, sms, /*raw_rows=*/true).stages, 0);
+  EXPECT_EQ(cfg::fused_tile(1, 64, 128, 16, 1, sms, false, cfg::kHopperSmem).vt, 32);  // K = 64: the mma.sync pass
+  EXPECT_EQ(cfg::fused_tile(0, 128, 128, 33, 2, sms, false, cfg::kHopperSmem).vt, 64);
+  EXPECT_EQ(cfg::fused_tile(2, 128, 128, 32, 2, sms, false, cfg::kHopperSmem).vt, 32);  // float32: always 32
+  EXPECT_GT(cfg::fused_tile(1, 128, 128, 32, 2, sms, /*raw_rows=*/true, cfg::kHopperSmem).stages, 0);
 }
 
 // The sequence-split pass: only where the wgmma pass runs (elsewhere always 0), only when the
@@ -150,8 +156,9 @@ TEST(CudaConfig, RawRowsAndPrepSmem) {
   EXPECT_FALSE(cfg::raw_rows(problem_of(c)));
   for (int dt : {0, 1, 2})
     for (int K : {64, 128, 256}) {
-      const cfg::PrepSmem ps = cfg::prep_smem(dt, K, true);
+      const cfg::PrepSmem ps = cfg::prep_smem(dt, K, true, cfg::kHopperSmem);
       EXPECT_LE(ps.bytes, cfg::kMaxSmem) << dt << " " << K;
+      EXPECT_TRUE(ps.fits) << dt << " " << K;
       EXPECT_TRUE(ps.q_in_smem == 0 || ps.bytes <= 200 * 1024) << dt << " " << K;
     }
 }
@@ -159,17 +166,17 @@ TEST(CudaConfig, RawRowsAndPrepSmem) {
 TEST(CudaConfig, BackwardStagesAndSplits) {
   for (int dt : {0, 1, 2})
     for (int K : {64, 128}) {
-      EXPECT_GT(cfg::state_stages(dt, K).stages, 0) << dt << " " << K;
-      EXPECT_GT(cfg::dh_stages(dt, K, dt != 2).stages, 0) << dt << " " << K;
+      EXPECT_GT(cfg::state_stages(dt, K, cfg::kHopperSmem).stages, 0) << dt << " " << K;
+      EXPECT_GT(cfg::dh_stages(dt, K, dt != 2, cfg::kHopperSmem).stages, 0) << dt << " " << K;
     }
   EXPECT_EQ(cfg::dh_v_tile(0), 64);
   EXPECT_EQ(cfg::dh_v_tile(1), 64);
   EXPECT_EQ(cfg::dh_v_tile(2), 32);
   Case c;
   c.K = c.V = 128;
-  EXPECT_TRUE(cfg::split_fits(problem_of(c)));
+  EXPECT_TRUE(cfg::split_fits(problem_of(c), cfg::kHopperSmem));
   c.K = c.V = 256;
-  EXPECT_FALSE(cfg::split_fits(problem_of(c)));  // KgT's low half does not fit pass 1 at K = 256
+  EXPECT_FALSE(cfg::split_fits(problem_of(c), cfg::kHopperSmem));  // KgT's low half does not fit pass 1 at K = 256
   int ns = 0, tps = 0;
   cfg::token_v_splits(8, 1, &ns, &tps);  // V = 128: 8 tiles of 16; one chain: 4 splits of 2 tiles
   EXPECT_EQ(ns, 4);
@@ -180,6 +187,45 @@ TEST(CudaConfig, BackwardStagesAndSplits) {
   cfg::token_v_splits(16, 200, &ns, &tps);  // want 3: 3 splits of 6, 6, 4 tiles
   EXPECT_EQ(ns, 3);
   EXPECT_EQ(tps, 6);
+}
+
+// Cards with less shared memory a block than Hopper's 227 KiB (sm_80: 163 KiB; sm_86 / sm_89:
+// 99 KiB): every choice fits the card it is made for, or says it does not (the launch sites then
+// refuse with both sizes), and the Hopper choices are the ones the suite pins above.
+TEST(CudaConfig, ChoicesFitSmallerCards) {
+  const cfg::SmemLimits a100{163 * 1024, 164 * 1024}, ada{99 * 1024, 100 * 1024};
+  for (const cfg::SmemLimits& lim : {cfg::kHopperSmem, a100, ada})
+    for (int dt : {0, 1, 2})
+      for (int K : {64, 128, 256}) {
+        const std::string at = std::to_string(lim.block / 1024) + " KiB, dtype " + std::to_string(dt) + ", K " + std::to_string(K);
+        for (bool vec : {true, false}) {
+          const cfg::PrepSmem ps = cfg::prep_smem(dt, K, vec, lim);
+          EXPECT_EQ(ps.fits, ps.bytes <= lim.block) << at;
+          EXPECT_TRUE(ps.q_in_smem == 0 || ps.bytes <= lim.block) << at;
+          // q leaves shared memory only to fit (or, float32, for two CTAs an SM)
+          if (!ps.q_in_smem && dt != 2) {
+            EXPECT_GT(linattn::cuda::kern::prep_smem_bytes(dt, K, true, vec), std::min<std::size_t>(200 * 1024, lim.block)) << at;
+          }
+        }
+        for (bool split : {false, true}) {
+          const cfg::Staged d = cfg::dh_stages(dt, K, split, lim);
+          EXPECT_TRUE(d.stages == 0 || d.smem <= lim.block) << at;
+        }
+        const cfg::Staged st = cfg::state_stages(dt, K, lim);
+        EXPECT_TRUE(st.stages == 0 || st.smem <= lim.block) << at;
+        for (int V : {64, 128, 256})
+          for (bool rows : {false, true}) {
+            const cfg::FusedTile ft = cfg::fused_tile(dt, K, V, 32, 2, 108, rows, lim);
+            EXPECT_TRUE(ft.stages == 0 || ft.smem <= lim.block) << at << ", V " << V;
+          }
+      }
+  // the same shapes choose no deeper pipelines on a smaller card
+  for (int dt : {0, 1, 2})
+    for (int K : {64, 128, 256}) {
+      EXPECT_LE(cfg::state_stages(dt, K, ada).stages, cfg::state_stages(dt, K, a100).stages);
+      EXPECT_LE(cfg::state_stages(dt, K, a100).stages, cfg::state_stages(dt, K, cfg::kHopperSmem).stages);
+      EXPECT_LE(cfg::dh_stages(dt, K, true, a100).stages, cfg::dh_stages(dt, K, true, cfg::kHopperSmem).stages);
+    }
 }
 
 TEST(CudaConfig, BackwardForm) {

@@ -27,7 +27,6 @@ namespace {
 
 using config::align_up;
 using config::kAlign;
-using config::kMaxSmem;
 
 // The compute form (Compute, ComputeForm, compute_of): config/backward_form.hpp.
 using config::Compute;
@@ -182,7 +181,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   sp.V = V;
   sp.v_first = p.opt.state_v_first ? 1 : 0;
   sp.wide16 = cdt == 2 && p.dtype != DType::kFloat32 ? 1 : 0;
-  const config::Staged sg = config::state_stages(cdt, K);
+  const config::Staged sg = config::state_stages(cdt, K, config::smem_limits(p.device.index));
+  if (sg.smem > config::smem_limits(p.device.index).block && p.N > 0)
+    return smem_refusal("backward", "the state recompute", sg.smem, p.device.index);
   sp.stages = sg.stages;
   if (split) {
     if (sg.stages == 0 && p.N > 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
@@ -204,7 +205,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     // the caller's q, k, v (prep_params), converted as they load when the compute type is float32
     pp.in_dt = in_dt_of(p, cdt);
     pp.chunks = b.chunks;
-    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true);  // the vector-gate size fits GDN too
+    // (the vector-gate size fits GDN too)
+    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true, config::smem_limits(p.device.index));
+    if (!smem.fits) return smem_refusal("backward", "chunk_prep", smem.bytes, p.device.index);
     pp.q_in_smem = smem.q_in_smem && pp.in_dt < 0;  // 16-bit q under float32 compute: from global memory
     pp.W = p.delta ? b.W : nullptr;  // no delta rule: no W, no M⁻¹
     pp.U = sp.U ? b.U : nullptr;  // null where the state pass reads the v rows
@@ -333,7 +336,9 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     if (dh_hopper) {
       e = chains ? launch_bwd_chains(cdt, deferred.sp, dp, st) : launch_dh_wgmma(cdt, dp, st);
     } else {
-      const config::Staged sg = config::dh_stages(cdt, K, pl.split);
+      const config::Staged sg = config::dh_stages(cdt, K, pl.split, config::smem_limits(p.device.index));
+      if (sg.smem > config::smem_limits(p.device.index).block)
+        return smem_refusal("backward", "pass 1", sg.smem, p.device.index);
       if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
       dp.stages = sg.stages;
       e = launch_dh(cdt, dp, static_cast<int>(sg.smem), st);

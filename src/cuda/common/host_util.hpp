@@ -25,6 +25,14 @@ inline Status cuda_error(const char* what, cudaError_t e) {
   return {StatusCode::kBackendError, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e)};
 }
 
+// A kernel whose smallest configuration needs more shared memory a block than `device` offers
+// (config::smem_limits): refused before its launch, with both sizes, nothing written to outputs.
+inline Status smem_refusal(const char* direction, const char* kernel, std::size_t need, int device) {
+  return Status::Unsupported(std::string("CUDA ") + direction + ": " + kernel + " needs " +
+                             std::to_string(need / 1024) + " KiB of shared memory a block at this head size and dtype; this GPU offers " +
+                             std::to_string(config::smem_limits(device).block / 1024) + " KiB");
+}
+
 // The in-kernel transforms as the kernels' codes: gate 0 identity, 1 softplus, 2 lower bound;
 // beta 0 identity, 1 sigmoid, 2 2·sigmoid.
 inline int gate_kind_code(const detail::Problem& p) {

@@ -21,7 +21,7 @@ Compute compute_of(const detail::Problem& p) {
   // the delta rule's near-cancelling terms (⟨dY, v⟩ against ⟨dX, E k⟩, W S against U), which
   // these families do not have, so the split request computes in the 16-bit type.
   if (!p.delta) return Compute::kSixteen;
-  return split_fits(p) ? Compute::kSplit : Compute::kFloat32;
+  return split_fits(p, smem_limits(p.device.index)) ? Compute::kSplit : Compute::kFloat32;
 }
 
 const char* compute_name(int32_t c) {

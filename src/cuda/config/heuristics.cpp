@@ -18,19 +18,19 @@ bool reads_v_rows(const detail::Problem& p) {
   return !p.delta && p.dtype != DType::kFloat32 && (p.K == 64 || p.K == 128);
 }
 
-PrepSmem prep_smem(int dtype, int K, bool vec_gate) {
+PrepSmem prep_smem(int dtype, int K, bool vec_gate, const SmemLimits& lim) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);
   const std::size_t without_q = kern::prep_smem_bytes(dtype, K, false, vec_gate);
   // float32 at K = 128: q in shared memory (141 KB) leaves one CTA of 8 warps an SM; without it
   // (105 KB) two fit, and the kernel is latency-bound (ncu: 29% issue-busy at one CTA,
   // bench/logs/2026-11-25-h100-s18-a-ncu-bwd-float32.txt).
-  constexpr std::size_t kTwoPerSm = 228 * 1024 / 2 - 1024;  // each CTA's 1 KB reserved
-  if (dtype == kCodeF32 && vec_gate && with_q > kTwoPerSm && without_q <= kTwoPerSm) return {without_q, 0};
-  if (with_q <= 200 * 1024) return {with_q, 1};
-  return {without_q, 0};
+  const std::size_t two_per_sm = lim.sm / 2 - 1024;  // each CTA's 1 KB reserved
+  if (dtype == kCodeF32 && vec_gate && with_q > two_per_sm && without_q <= two_per_sm) return {without_q, 0, true};
+  if (with_q <= 200 * 1024 && with_q <= lim.block) return {with_q, 1, true};
+  return {without_q, 0, without_q <= lim.block};
 }
 
-FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows) {
+FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows, const SmemLimits& lim) {
   int vt = 32;
   if (kern::recurrence_wgmma_supported(dtype, K, V)) {
     // the wgmma pass (sm_90a): V tile 64 is its M; it beats the mma.sync pass's 32-column tiles
@@ -42,7 +42,7 @@ FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool rows)
   }
   for (int stages = 2; stages > 0; --stages) {
     const std::size_t b = kern::state_smem_bytes(dtype, K, stages, vt, rows);
-    if (b <= kMaxSmem) return {vt, stages, b};
+    if (b <= lim.block) return {vt, stages, b};
   }
   return {vt, 0, kern::state_smem_bytes(dtype, K, 0, vt, rows)};
 }
@@ -87,24 +87,24 @@ int seq_split_chunks(int dtype, int K, int V, int HV, bool delta, int64_t N, int
   return static_cast<int>(best_seg);
 }
 
-Staged state_stages(int dtype, int K) {
+Staged state_stages(int dtype, int K, const SmemLimits& lim) {
   for (int stages = 2; stages > 0; --stages) {
     const std::size_t b = kern::state_smem_bytes(dtype, K, stages);
-    if (b <= kMaxSmem) return {stages, b};
+    if (b <= lim.block) return {stages, b};
   }
   return {0, kern::state_smem_bytes(dtype, K, 0)};
 }
 
-Staged dh_stages(int dtype, int K, bool split) {
+Staged dh_stages(int dtype, int K, bool split, const SmemLimits& lim) {
   for (int stages = 2; stages > 0; --stages) {
     const std::size_t b = bwd::dh_smem_bytes(dtype, K, stages, split);
-    if (b <= kMaxSmem) return {stages, b};
+    if (b <= lim.block) return {stages, b};
   }
   return {0, bwd::dh_smem_bytes(dtype, K, 0, split)};
 }
 
-bool split_fits(const detail::Problem& p) {
-  return bwd::dh_smem_bytes(dtype_code(p.dtype), static_cast<int>(p.K), 1, true) <= kMaxSmem;
+bool split_fits(const detail::Problem& p, const SmemLimits& lim) {
+  return bwd::dh_smem_bytes(dtype_code(p.dtype), static_cast<int>(p.K), 1, true) <= lim.block;
 }
 
 void token_v_splits(int NV, int64_t chains, int* splits, int* tiles_per_split) {

@@ -1,12 +1,15 @@
 // Every tile, stage and split choice of the CUDA backend's host code, in one place: which V tile
 // and how many pipeline stages a kernel launches with, whether q stays in shared memory, how many
 // V splits the token replay uses, whether the split backward fits. Each choice is a pure function
-// of the problem (and the SM count), so the same call always launches the same configuration (the
-// results are bitwise reproducible) and a test can ask what a shape will run.
+// of the problem, the SM count and the device's shared memory (SmemLimits, limits.hpp), so the same
+// call on the same GPU model always launches the same configuration (the results are bitwise
+// reproducible) and a test can ask what a shape will run on any card.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "cuda/config/limits.hpp"
 
 namespace linattn::detail {
 struct Problem;
@@ -24,26 +27,28 @@ bool raw_rows(const detail::Problem& p);
 // V_new = V is read from the v rows, so neither chunk_prep's U nor its workspace exists.
 bool reads_v_rows(const detail::Problem& p);
 
-// chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB, or
-// (float32, vector gate) unless leaving it out lets two CTAs share an SM.
+// chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB (or
+// more than the block may have), or (float32, vector gate) unless leaving it out lets two CTAs
+// share an SM. `fits`: false where even the form without q exceeds the block's limit.
 struct PrepSmem {
   std::size_t bytes;
   int q_in_smem;  // 0 / 1, PrepParams::q_in_smem
+  bool fits;
 };
-PrepSmem prep_smem(int dtype, int K, bool vec_gate);
+PrepSmem prep_smem(int dtype, int K, bool vec_gate, const SmemLimits& lim);
 
 // The fused state pass's V tile and stages. One CTA per (sequence, value head, V tile) runs the
 // whole sequence, one CTA per SM. With tiles of 64 and at most half as many CTAs as SMs (B = 1, few
 // heads) the latency-bound pass would leave half the GPU idle, so 16-bit types then take tiles of
 // 32 (twice the CTAs); float32 always 32. Stages: 2, else 1, else 0 (operands from global memory),
-// the most that fit kMaxSmem. Measured on an H200 (K = V = 128, HV = 32, bf16): B = 1, T = 8192 GDN
+// the most that fit the block's shared memory. Measured on an H200 (K = V = 128, HV = 32, bf16): B = 1, T = 8192 GDN
 // 0.768 -> 0.650 ms, KDA 1.113 -> 0.998; at B = 2 (128 CTAs of 64) tiles of 32 lose (1.033 ->
 // 1.285 ms GDN with two stages one CTA per SM, 1.146 single-staged two per SM).
 struct FusedTile {
   int vt, stages;
   std::size_t smem;
 };
-FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool raw_rows);
+FusedTile fused_tile(int dtype, int K, int V, int HV, int N, int sms, bool raw_rows, const SmemLimits& lim);
 
 // The sequence-split state pass (docs/sequence_split.md): when the chains (sequence, value head,
 // V tile) are too few to fill the GPU, each sequence is cut into segments of this many chunks,
@@ -56,20 +61,20 @@ int seq_split_chunks(int dtype, int K, int V, int HV, bool delta, int64_t N, int
 
 // ---- backward
 
-// A kernel's pipeline depth: the most stages (2, 1, 0) whose shared memory fits kMaxSmem (0 when
-// none does; smem is then stage 0's size).
+// A kernel's pipeline depth: the most stages (2, 1, 0) whose shared memory fits the block's limit
+// (0 when none does; smem is then stage 0's size, which the caller checks against the limit).
 struct Staged {
   int stages;
   std::size_t smem;
 };
 // The recurrence (chunk_state without the fused output: the backward's front half).
-Staged state_stages(int dtype, int K);
+Staged state_stages(int dtype, int K, const SmemLimits& lim);
 // Pass 1 of the chunked backward (dh_kernel); split: with the hi + lo operands.
-Staged dh_stages(int dtype, int K, bool split);
+Staged dh_stages(int dtype, int K, bool split, const SmemLimits& lim);
 
 // Pass 1's split form needs KgT's low half staged beside its other operands: at K = 256 that does
 // not fit shared memory, and the split forms compute in float32 there instead.
-bool split_fits(const detail::Problem& p);
+bool split_fits(const detail::Problem& p, const SmemLimits& lim);
 
 // dh_kernel's V tile (its template argument): 64 for 16-bit compute types, 32 for float32.
 constexpr int dh_v_tile(int dtype) { return dtype == 2 ? 32 : 64; }

@@ -23,8 +23,21 @@ static_assert(kChunk == kChunkSize, "the CUDA kernels tile tokens by the public 
 constexpr std::size_t kAlign = 256;
 constexpr std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// Dynamic shared memory one block may opt into on sm_90 (227 KiB).
+// Dynamic shared memory one block may opt into on sm_90 (227 KiB): the Hopper kernels' bound
+// (their static_asserts) and the limit the tile and stage choices assume where no device is asked.
 constexpr std::size_t kMaxSmem = 227 * 1024;
+
+// The shared memory of a device that the tile and stage choices (heuristics.hpp) fit: what one
+// block may opt into, and what one SM holds (for choices of two CTAs an SM). sm_90: 227 / 228
+// KiB; sm_80: 163 / 164; sm_86, sm_89: 99 / 100. A GPU with less runs shallower pipelines, or
+// refuses with a message, instead of failing at a launch that asks for more than it has.
+struct SmemLimits {
+  std::size_t block;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  std::size_t sm;     // cudaDevAttrMaxSharedMemoryPerMultiprocessor
+};
+constexpr SmemLimits kHopperSmem{kMaxSmem, 228 * 1024};
+// `device`'s limits (cached per device; kHopperSmem when the query fails or no device is named).
+SmemLimits smem_limits(int device);
 
 // Multiprocessors of `device` (cached per device; 132 when the query fails).
 int sm_count(int device);

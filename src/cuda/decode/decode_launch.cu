@@ -17,6 +17,16 @@ bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uin
 // aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
 // writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a bfloat16 pool one
 // token per sequence (so no per-token state indices either).
+// The compute capability's major number of `device` (0 when the query fails).
+int compute_major(int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool fast, bool st_bf16, int device) {
   const detail::Problem& pr = d.p;
   if (!fast || pr.K != recurrent::kHeadK || pr.V != recurrent::kHeadV) return false;
@@ -27,9 +37,7 @@ bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool 
       (d.final_dtype != (st_bf16 ? DType::kBFloat16 : DType::kFloat32) || !aligned(p.final_state, 16))) {
     return false;
   }
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-  return major >= 9;
+  return compute_major(device) >= 9;
 }
 }  // namespace
 
@@ -114,8 +122,10 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
                     (!d.has_final || p.vec_final);
   // a bfloat16 pool moves half a float32 pool's bytes for the same per-tile work: 64-column tiles
   // (16-byte pieces of 8), where the pool's pieces are 16-byte aligned
+  // (at K = 256 on sm_9x and later only: its static shared memory is past sm_8x's 48 KB)
   const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
-                    d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16));
+                    d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16)) &&
+                    (kb < 256 || compute_major(pr.device.index) >= 9);
   recurrent::DecodeForm form = wide ? recurrent::DecodeForm::kWide : recurrent::DecodeForm::kTiled;
   if (head_form(d, p, fast, st_bf16, pr.device.index)) form = recurrent::DecodeForm::kHead;
   cudaError_t e;

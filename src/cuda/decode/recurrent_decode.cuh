@@ -260,6 +260,14 @@ __device__ __forceinline__ void store_piece(__nv_bfloat16* x, float4 y) { st4(x,
 template <typename IO, typename ST, bool VFirst, int KB, bool Fast, int CW = 4>
 __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) recurrent_decode_kernel(const Params p) {
   static_assert(CW == 4 || (CW == 8 && Fast && !VFirst && sizeof(ST) == 2), "wide pieces: bf16 pool, [K, V], fast path");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // The wide form at KB = 256 holds 71 KB of static shared memory, past the 48 KB sm_8x allows:
+  // compiled for those only as a trap (decode_launch.cu picks 32-column tiles there).
+  if constexpr (CW == 8 && KB == 256) {
+    __trap();
+  } else
+#endif
+  {
   constexpr int kWarps = kThreads / 32;
   constexpr int TV = 8 * CW;   // the tile's V columns
   constexpr int NQ = CW / 4;   // float4s of a piece
@@ -603,6 +611,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
         }
       }
     }
+  }
   }
 }
 

@@ -2,6 +2,7 @@
 // No allocation, no host synchronisation: the call can be captured in a CUDA graph.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "common/decode.hpp"
@@ -17,14 +18,28 @@ bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uin
 // aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
 // writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a bfloat16 pool one
 // token per sequence (so no per-token state indices either).
-// The compute capability's major number of `device` (0 when the query fails).
-int compute_major(int device) {
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+// An empty kernel: its attributes say which code the runtime loads for the current device, and
+// every translation unit is compiled for the same architectures (CUB finds its PTX version so).
+__global__ void arch_probe_kernel() {}
+
+// The virtual architecture (80, 90, ...) of the device code that runs on `device` (current):
+// a kernel's `__CUDA_ARCH__ >= 900` body exists there only where this is >= 90. The compute
+// capability alone does not say it: an sm_80 build runs on an H100 through its compute_80 PTX,
+// JIT-compiled, without those bodies. Cached per device; 0 when the query fails.
+int device_code_arch(int device) {
+  static std::atomic<int> cached[64] = {};
+  if (device < 0 || device >= 64) return 0;
+  int v = cached[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, arch_probe_kernel) != cudaSuccess) {
+      cudaGetLastError();  // no error left for the next launch to report
+      return 0;
+    }
+    v = a.ptxVersion;
+    cached[device].store(v, std::memory_order_relaxed);
   }
-  return major;
+  return v;
 }
 
 bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool fast, bool st_bf16, int device) {
@@ -37,7 +52,7 @@ bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool 
       (d.final_dtype != (st_bf16 ? DType::kBFloat16 : DType::kFloat32) || !aligned(p.final_state, 16))) {
     return false;
   }
-  return compute_major(device) >= 9;
+  return device_code_arch(device) >= 90;  // the head kernel's body is sm_90+ code
 }
 }  // namespace
 
@@ -122,10 +137,11 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
                     (!d.has_final || p.vec_final);
   // a bfloat16 pool moves half a float32 pool's bytes for the same per-tile work: 64-column tiles
   // (16-byte pieces of 8), where the pool's pieces are 16-byte aligned
-  // (at K = 256 on sm_9x and later only: its static shared memory is past sm_8x's 48 KB)
+  // (at K = 256 only where sm_90+ code runs: its static shared memory is past sm_8x's 48 KB, and
+  // below sm_90 that form is compiled as a trap)
   const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
                     d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16)) &&
-                    (kb < 256 || compute_major(pr.device.index) >= 9);
+                    (kb < 256 || device_code_arch(pr.device.index) >= 90);
   recurrent::DecodeForm form = wide ? recurrent::DecodeForm::kWide : recurrent::DecodeForm::kTiled;
   if (head_form(d, p, fast, st_bf16, pr.device.index)) form = recurrent::DecodeForm::kHead;
   cudaError_t e;

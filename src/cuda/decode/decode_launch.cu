@@ -32,7 +32,13 @@ int device_code_arch(int device) {
   int v = cached[device].load(std::memory_order_relaxed);
   if (v == 0) {
     cudaFuncAttributes a{};
-    if (cudaFuncGetAttributes(&a, arch_probe_kernel) != cudaSuccess) {
+    // the first call may come inside a stream capture (a graph of decode steps): the query runs in
+    // relaxed capture mode, where a lazily loaded module cannot invalidate the capture
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    const cudaError_t e = cudaFuncGetAttributes(&a, arch_probe_kernel);
+    cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode back
+    if (e != cudaSuccess) {
       cudaGetLastError();  // no error left for the next launch to report
       return 0;
     }

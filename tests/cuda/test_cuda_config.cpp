@@ -14,6 +14,11 @@
 #include "cuda/config/limits.hpp"
 #include "cuda/cuda_test_util.hpp"
 
+// Declared with pass 2's kernel in cuda/common/chunk_bwd.cuh (device code this host test does not include).
+namespace linattn::cuda::bwd {
+std::size_t wy_smem_bytes(int dtype);
+}
+
 namespace linattn::test {
 namespace {
 
@@ -219,6 +224,29 @@ TEST(CudaConfig, ChoicesFitSmallerCards) {
             EXPECT_TRUE(ft.stages == 0 || ft.smem <= lim.block) << at << ", V " << V;
           }
       }
+  // the two kernels of one fixed size: the warp-owned state pass (the forward reads the v rows only
+  // where it fits at the largest tile) and pass 2's wy_kernel (refused before its launch where it
+  // does not fit)
+  namespace kern = linattn::cuda::kern;
+  EXPECT_GT(kern::fused_warp_smem_bytes(128, 64), a100.block);
+  EXPECT_LE(kern::fused_warp_smem_bytes(128, 64), cfg::kHopperSmem.block);
+  EXPECT_LE(kern::fused_warp_smem_bytes(64, 64), a100.block);
+  EXPECT_GT(kern::fused_warp_smem_bytes(64, 64), ada.block);
+  EXPECT_LT(kern::fused_warp_smem_bytes(128, 32), kern::fused_warp_smem_bytes(128, 64));
+  Case c;
+  c.fam = Family::kGLA;
+  c.K = c.V = 128;
+  EXPECT_TRUE(cfg::reads_v_rows(problem_of(c), cfg::kHopperSmem));
+  EXPECT_FALSE(cfg::reads_v_rows(problem_of(c), a100));
+  c.K = c.V = 64;
+  EXPECT_TRUE(cfg::reads_v_rows(problem_of(c), a100));
+  EXPECT_FALSE(cfg::reads_v_rows(problem_of(c), ada));
+  c.fam = Family::kKDA;
+  EXPECT_FALSE(cfg::reads_v_rows(problem_of(c), cfg::kHopperSmem));  // the delta rule needs U
+  EXPECT_LE(linattn::cuda::bwd::wy_smem_bytes(1), a100.block);
+  EXPECT_GT(linattn::cuda::bwd::wy_smem_bytes(1), ada.block);
+  EXPECT_GT(linattn::cuda::bwd::wy_smem_bytes(2), a100.block);  // float32 pass 2: Hopper alone
+  EXPECT_LE(linattn::cuda::bwd::wy_smem_bytes(2), cfg::kHopperSmem.block);
   // the same shapes choose no deeper pipelines on a smaller card
   for (int dt : {0, 1, 2})
     for (int K : {64, 128, 256}) {

@@ -419,6 +419,10 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
       wp.dk = out.dk.data;
     }
     parts->dqk_written = wp.dq != nullptr;
+    const bool pass2_hopper =
+        pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp) || pass2_vector_wgmma_applies(cdt, p.vector_gate, wp);
+    if (!pass2_hopper && wy_smem_bytes(cdt) > config::smem_limits(p.device.index).block)
+      return smem_refusal("backward", "pass 2", wy_smem_bytes(cdt), p.device.index);
     e = pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp)   ? launch_pass2_scalar_wgmma(cdt, wp, st)
         : pass2_vector_wgmma_applies(cdt, p.vector_gate, wp) ? launch_pass2_vector_wgmma(cdt, wp, st)
                                                                : launch_wy(cdt, p.vector_gate, wp, st);

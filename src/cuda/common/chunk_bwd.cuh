@@ -219,6 +219,8 @@ constexpr std::size_t partial_qk_bytes(int in_dt) { return in_dt == 1 ? 2 : 4; }
 std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s);
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s);
+// wy_kernel's shared memory (one fixed layout a compute type): 112 KiB in 16 bits, 192 in float32.
+std::size_t wy_smem_bytes(int dtype);
 
 // Pass 1 on Hopper (sm90/chunk_dh_wgmma.cuh; sm90/chunk_recurrence_wgmma.cu says where): sm_90a
 // builds on a CC 9.0 device, K = 128, V a multiple of 64; a 16-bit compute type (the split form

@@ -1392,6 +1392,10 @@ cudaError_t launch_dh(int dtype, const DhParams& p, int smem, cudaStream_t s) {
   }
 }
 
+std::size_t wy_smem_bytes(int dtype) {
+  return dtype == 0 ? WyLayout<__half>::total : dtype == 1 ? WyLayout<__nv_bfloat16>::total : WyLayout<float>::total;
+}
+
 cudaError_t launch_wy(int dtype, bool vec, const WyParams& p, cudaStream_t s) {
   if (p.delta) return vec ? launch_wy_v<true, true>(dtype, p, s) : launch_wy_v<false, true>(dtype, p, s);
   return vec ? launch_wy_v<true, false>(dtype, p, s) : launch_wy_v<false, false>(dtype, p, s);

@@ -360,9 +360,21 @@ cudaError_t launch_t(const StateParams& p, cudaStream_t s) {
 
 }  // namespace
 
+std::size_t fused_warp_smem_bytes(int K, int vt) {
+  if (K == 64) return vt == 64 ? WarpLayout<__nv_bfloat16, 64, 64>::total : WarpLayout<__nv_bfloat16, 64, 32>::total;
+  return vt == 64 ? WarpLayout<__nv_bfloat16, 128, 64>::total : WarpLayout<__nv_bfloat16, 128, 32>::total;
+}
+
 bool fused_warp_applies(int dtype, const StateParams& p) {
-  return (dtype == 0 || dtype == 1) && (p.K == 64 || p.K == 128) && p.o != nullptr && p.hs == nullptr &&
-         p.vnew == nullptr && p.U_lo == nullptr && (p.fused_vt == 64 || p.fused_vt == 32) && p.V % p.fused_vt == 0;
+  if (!((dtype == 0 || dtype == 1) && (p.K == 64 || p.K == 128) && p.o != nullptr && p.hs == nullptr &&
+        p.vnew == nullptr && p.U_lo == nullptr && (p.fused_vt == 64 || p.fused_vt == 32) && p.V % p.fused_vt == 0))
+    return false;
+  int dev = 0;  // the launch's device (the caller's DeviceGuard)
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    dev = -1;  // (the Hopper limits)
+  }
+  return fused_warp_smem_bytes(p.K, p.fused_vt) <= config::smem_limits(dev).block;
 }
 
 cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s) {

@@ -195,6 +195,10 @@ cudaError_t launch_state(int dtype, const StateParams& p, int smem, cudaStream_t
 // The fused pass with the state owned by warps (chunk_fused_warp.cu): 16-bit, K in {64, 128}, o set,
 // hs / vnew / U_lo null, V a multiple of fused_vt. launch_state runs it where it applies.
 bool fused_warp_applies(int dtype, const StateParams& p);
+// Its shared memory at head size K and V tile vt (16-bit types; a fixed two-stage layout): on a
+// card that offers less (config::smem_limits) it does not apply, and the forward prepares U for
+// the staged pass instead (config::reads_v_rows).
+std::size_t fused_warp_smem_bytes(int K, int vt);
 cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 
 // The same pass on Hopper warpgroup MMAs with the state transposed in registers

@@ -14,9 +14,12 @@ std::size_t dh_smem_bytes(int dtype, int K, int stages, bool split);
 namespace linattn::cuda::config {
 
 bool raw_rows(const detail::Problem& p) { return !p.vector_gate && p.dtype != DType::kFloat32; }
-bool reads_v_rows(const detail::Problem& p) {
-  return !p.delta && p.dtype != DType::kFloat32 && (p.K == 64 || p.K == 128);
+bool reads_v_rows(const detail::Problem& p, const SmemLimits& lim) {
+  // (the warp-owned pass at the largest V tile fits: then at whichever tile fused_tile picks)
+  return !p.delta && p.dtype != DType::kFloat32 && (p.K == 64 || p.K == 128) &&
+         kern::fused_warp_smem_bytes(static_cast<int>(p.K), 64) <= lim.block;
 }
+bool reads_v_rows(const detail::Problem& p) { return reads_v_rows(p, smem_limits(p.device.index)); }
 
 PrepSmem prep_smem(int dtype, int K, bool vec_gate, const SmemLimits& lim) {
   const std::size_t with_q = kern::prep_smem_bytes(dtype, K, true, vec_gate);

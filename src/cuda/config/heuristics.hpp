@@ -23,8 +23,10 @@ namespace linattn::cuda::config {
 // rows and per-row factors instead of Qg and KgT (the decay of a row is one number). Measured on an H200,
 // B=2, T=8192, H=16, HV=32, K=V=128 bf16: see bench/NOTES_cuda_forward.md (v9).
 bool raw_rows(const detail::Problem& p);
-// The forward without the delta rule whose state pass is the warp-owned one (16-bit, K <= 128):
-// V_new = V is read from the v rows, so neither chunk_prep's U nor its workspace exists.
+// The forward without the delta rule whose state pass is the warp-owned one (16-bit, K <= 128,
+// where its shared memory fits the card): V_new = V is read from the v rows, so neither
+// chunk_prep's U nor its workspace exists. The one-argument form asks p's device.
+bool reads_v_rows(const detail::Problem& p, const SmemLimits& lim);
 bool reads_v_rows(const detail::Problem& p);
 
 // chunk_prep's shared memory: q staged in shared memory unless that needs more than 200 KiB (or

@@ -421,8 +421,16 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     parts->dqk_written = wp.dq != nullptr;
     const bool pass2_hopper =
         pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp) || pass2_vector_wgmma_applies(cdt, p.vector_gate, wp);
-    if (!pass2_hopper && wy_smem_bytes(cdt) > config::smem_limits(p.device.index).block)
-      return smem_refusal("backward", "pass 2", wy_smem_bytes(cdt), p.device.index);
+    const config::SmemLimits lim = config::smem_limits(p.device.index);
+    if (!pass2_hopper && wy_smem_bytes(cdt) > lim.block) {
+      // 16-bit inputs computing in float32 (auto's choice with A_log / dt_bias): the split request
+      // computes in the input type, whose pass 2 may fit
+      const int in16 = dtype_code(p.dtype);
+      const bool split_would_fit = cdt == 2 && in16 != 2 && wy_smem_bytes(in16) <= lim.block &&
+                                   (!p.delta || config::split_fits(p, lim));
+      return smem_refusal("backward", cdt == 2 ? "pass 2 (float32 compute)" : "pass 2", wy_smem_bytes(cdt), p.device.index,
+                          split_would_fit ? "backward_precision='split' computes in the inputs' 16-bit type and fits" : nullptr);
+    }
     e = pass2_scalar_wgmma_applies(cdt, p.vector_gate, wp)   ? launch_pass2_scalar_wgmma(cdt, wp, st)
         : pass2_vector_wgmma_applies(cdt, p.vector_gate, wp) ? launch_pass2_vector_wgmma(cdt, wp, st)
                                                                : launch_wy(cdt, p.vector_gate, wp, st);

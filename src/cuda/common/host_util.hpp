@@ -27,10 +27,12 @@ inline Status cuda_error(const char* what, cudaError_t e) {
 
 // A kernel whose smallest configuration needs more shared memory a block than `device` offers
 // (config::smem_limits): refused before its launch, with both sizes, nothing written to outputs.
-inline Status smem_refusal(const char* direction, const char* kernel, std::size_t need, int device) {
+inline Status smem_refusal(const char* direction, const char* kernel, std::size_t need, int device,
+                           const char* hint = nullptr) {
   return Status::Unsupported(std::string("CUDA ") + direction + ": " + kernel + " needs " +
                              std::to_string(need / 1024) + " KiB of shared memory a block at this head size and dtype; this GPU offers " +
-                             std::to_string(config::smem_limits(device).block / 1024) + " KiB");
+                             std::to_string(config::smem_limits(device).block / 1024) + " KiB" +
+                             (hint ? std::string(" (") + hint + ")" : std::string()));
 }
 
 // The in-kernel transforms as the kernels' codes: gate 0 identity, 1 softplus, 2 lower bound;

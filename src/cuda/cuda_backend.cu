@@ -277,10 +277,10 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     sp.K = static_cast<int>(p.K);
     sp.V = static_cast<int>(p.V);
     sp.v_first = p.opt.state_v_first ? 1 : 0;
+    const config::SmemLimits lim = config::smem_limits(p.device.index);
     const config::FusedTile ft =
-        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), rows,
-                           config::smem_limits(p.device.index));
-    if (ft.smem > config::smem_limits(p.device.index).block)
+        config::fused_tile(dt, sp.K, sp.V, sp.HV, sp.N, config::sm_count(p.device.index), rows, lim);
+    if (ft.smem > lim.block)
       return smem_refusal("forward", "the state pass", ft.smem, p.device.index);
     sp.fused_vt = ft.vt;
     sp.stages = ft.stages;

@@ -181,9 +181,9 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
   sp.V = V;
   sp.v_first = p.opt.state_v_first ? 1 : 0;
   sp.wide16 = cdt == 2 && p.dtype != DType::kFloat32 ? 1 : 0;
-  const config::Staged sg = config::state_stages(cdt, K, config::smem_limits(p.device.index));
-  if (sg.smem > config::smem_limits(p.device.index).block && p.N > 0)
-    return smem_refusal("backward", "the state recompute", sg.smem, p.device.index);
+  const config::SmemLimits lim = config::smem_limits(p.device.index);
+  const config::Staged sg = config::state_stages(cdt, K, lim);
+  if (sg.smem > lim.block && p.N > 0) return smem_refusal("backward", "the state recompute", sg.smem, p.device.index);
   sp.stages = sg.stages;
   if (split) {
     if (sg.stages == 0 && p.N > 0) return {StatusCode::kBackendError, "CUDA backward: the state pass does not fit shared memory"};
@@ -206,7 +206,7 @@ Status run_front(const detail::Problem& p, const ForwardInputs& f, int cdt, bool
     pp.in_dt = in_dt_of(p, cdt);
     pp.chunks = b.chunks;
     // (the vector-gate size fits GDN too)
-    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true, config::smem_limits(p.device.index));
+    const config::PrepSmem smem = config::prep_smem(cdt, K, /*vec_gate=*/true, lim);
     if (!smem.fits) return smem_refusal("backward", "chunk_prep", smem.bytes, p.device.index);
     pp.q_in_smem = smem.q_in_smem && pp.in_dt < 0;  // 16-bit q under float32 compute: from global memory
     pp.W = p.delta ? b.W : nullptr;  // no delta rule: no W, no M⁻¹
@@ -336,8 +336,9 @@ Status run_chunked(const detail::Problem& p, const BackwardInputs& in, const Bac
     if (dh_hopper) {
       e = chains ? launch_bwd_chains(cdt, deferred.sp, dp, st) : launch_dh_wgmma(cdt, dp, st);
     } else {
-      const config::Staged sg = config::dh_stages(cdt, K, pl.split, config::smem_limits(p.device.index));
-      if (sg.smem > config::smem_limits(p.device.index).block)
+      const config::SmemLimits lim = config::smem_limits(p.device.index);
+      const config::Staged sg = config::dh_stages(cdt, K, pl.split, lim);
+      if (sg.smem > lim.block)
         return smem_refusal("backward", "pass 1", sg.smem, p.device.index);
       if (sg.stages == 0 && cdt != 2) return {StatusCode::kBackendError, "CUDA backward: pass 1 does not fit shared memory"};
       dp.stages = sg.stages;

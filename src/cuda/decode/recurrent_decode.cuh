@@ -193,43 +193,48 @@ __device__ __forceinline__ bool seq_span(const Params& p, int n, int tid, long l
 }
 
 // The slot sequence n starts from (n itself without state indices). False: the sequence is
-// skipped (its o rows are zeroed by the caller) and the reason, if any, is flagged: more tokens
+// skipped (the caller zeroes its o rows, then raises *bit in the status, if nonzero): more tokens
 // than index columns (4), an accepted count outside [1, T_max] (2), a slot past the pool (1); a
-// negative slot is padding (no flag).
-__device__ __forceinline__ bool start_slot(const Params& p, int n, long long len, int tid, long long* rslot) {
+// negative slot is padding (no flag). The caller raises the flag after zeroing the rows, not
+// before: thread 0's atomic in a branch of its own ahead of the zeroing loop (which ptxas turns
+// into a warp-aggregated atomic on uniform registers) left the other 31 threads of warp 0 with
+// wrong o addresses in that loop in the sm_80 build JIT-compiled on an H100 (memcheck, session 50;
+// docs/cuda_architecture.md, "Other GPUs").
+__device__ __forceinline__ bool start_slot(const Params& p, int n, long long len, long long* rslot, int* bit) {
   *rslot = n;
+  *bit = 0;
   if (!p.has_indices) return true;
-  auto flag = [&](int bit) {
-    if (tid == 0 && p.status) atomicOr(p.status, bit);
-  };
   if (p.indices_2d && len > p.index_cols) {
-    flag(4);
+    *bit = 4;
     return false;
   }
   long long a = 1;
   if (p.has_accepted) {
     a = ld_index(p.accepted, p.acc64, n);
     if (a < 1 || a > p.index_cols) {
-      flag(2);
+      *bit = 2;
       return false;
     }
   }
   *rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
   if (*rslot < 0 || *rslot >= p.pool_slots) {
-    if (*rslot >= 0) flag(1);
+    *bit = *rslot >= 0 ? 1 : 0;
     return false;
   }
   return true;
 }
 
 // A skipped sequence's o rows (this head, columns v0 .. v0 + TV - 1), by NT threads.
+// Then the flag `bit` of start_slot, if any (thread 0).
 template <typename IO, int NT>
-__device__ __forceinline__ void zero_o_rows(const Params& p, long long bos, long long len, int hv, int v0, int TV) {
+__device__ __forceinline__ void skip_sequence(const Params& p, long long bos, long long len, int hv, int v0, int TV,
+                                              int bit) {
   IO* o = static_cast<IO*>(p.o);
   for (long long i = threadIdx.x; i < len * TV; i += NT) {
     const int c = v0 + static_cast<int>(i % TV);
     if (c < p.V) o[((bos + i / TV) * p.HV + hv) * p.V + c] = from_f<IO>(0.f);
   }
+  if (bit != 0 && threadIdx.x == 0 && p.status) atomicOr(p.status, bit);
 }
 
 // 4 consecutive state elements in shared memory as float (16 bytes of float32, 8 of bfloat16).
@@ -331,8 +336,9 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
 
   // ---- the slot to start from
   long long rslot;
-  if (!start_slot(p, n, len, tid, &rslot)) {
-    zero_o_rows<IO, kThreads>(p, bos, len, hv, v0, TV);
+  int bit;
+  if (!start_slot(p, n, len, &rslot, &bit)) {
+    skip_sequence<IO, kThreads>(p, bos, len, hv, v0, TV, bit);
     return;
   }
 

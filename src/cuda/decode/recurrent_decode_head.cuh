@@ -91,8 +91,9 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
   request(bos);  // before the slot index: its latency overlaps the index load
 
   long long rslot = n;
-  if (!start_slot(p, n, len, tid, &rslot)) {
-    zero_o_rows<IO, kHeadThreads>(p, bos, len, hv, 0, V);
+  int bit;
+  if (!start_slot(p, n, len, &rslot, &bit)) {
+    skip_sequence<IO, kHeadThreads>(p, bos, len, hv, 0, V, bit);
     return;
   }
   const long long slot_off = rslot * p.state_stride + hv * KV;

@@ -14,10 +14,6 @@ namespace linattn::cuda {
 namespace {
 bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
-// The whole-head kernel (recurrent_decode_head.cuh) where it applies: sm_90+, the fast path's
-// aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
-// writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a bfloat16 pool one
-// token per sequence (so no per-token state indices either).
 // An empty kernel: its attributes say which code the runtime loads for the current device, and
 // every translation unit is compiled for the same architectures (CUB finds its PTX version so).
 __global__ void arch_probe_kernel() {}
@@ -48,6 +44,10 @@ int device_code_arch(int device) {
   return v;
 }
 
+// The whole-head kernel (recurrent_decode_head.cuh) where it applies: sm_90+, the fast path's
+// aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
+// writes, if any) whole 16-byte-aligned blocks of the pool's dtype, and for a bfloat16 pool one
+// token per sequence (so no per-token state indices either).
 bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool fast, bool st_bf16, int device) {
   const detail::Problem& pr = d.p;
   if (!fast || pr.K != recurrent::kHeadK || pr.V != recurrent::kHeadV) return false;

@@ -729,8 +729,8 @@ TEST(CudaBackward, SmallSavedMatchesRecompute) {
   }
 }
 
-// disable_recompute sizes the forward's workspace for the forward that fills `saved` alone: on an
-// sm_90 device at K = V = 128 in 16 bits a few KiB (O from the recompute's own pass, no copy of
+// disable_recompute sizes the forward's workspace for the forward that fills `saved` alone: where
+// the Hopper kernels run, at K = V = 128 in 16 bits a few KiB (O from the recompute's own pass, no copy of
 // the chunk states), well under the plain forward's; a workspace one byte short is refused with
 // nothing written (o, the final state and saved keep their bytes).
 TEST(CudaBackward, SmallSavedForwardWorkspace) {

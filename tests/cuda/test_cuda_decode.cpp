@@ -117,16 +117,24 @@ TEST(CudaDecode, SmallDeviceOnlyCuSeqlens) {
 // Indices only the device sees: out of the pool, bad accepted counts, a sequence longer than
 // T_max (device cu_seqlens), a bad device cu_seqlens. The sequence is skipped and flagged; no
 // out-of-bounds access (memcheck), every other sequence as expected.
+// Every kernel form: K = 64 (32-column tiles), K = V = 128 with a float32 pool (the whole-head
+// kernel on Hopper) and with a bfloat16 pool (64-column tiles).
 TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
   SKIP_WITHOUT_GPU();
+  struct Form {
+    int64_t K;
+    DType st;
+  };
+  for (const Form form : {Form{64, DType::kFloat32}, Form{128, DType::kFloat32}, Form{128, DType::kBFloat16}}) {
   DecodeConfig cfg;
   cfg.lens = {2, 1, 2, 2};
   cfg.varlen = true;
   cfg.pool = Pool::kIndices2D;
   cfg.t_max = 2;
   cfg.accepted = true;
-  cfg.K = 64;
-  cfg.V = 64;
+  cfg.K = form.K;
+  cfg.V = form.K;
+  cfg.state_dtype = form.st;
   struct Bad {
     const char* what;
     int flag;
@@ -135,6 +143,8 @@ TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
   };
   const std::vector<Bad> bads = {
       {"read slot past the pool", kDecodeIndexOutOfRange, [](DecodeCase& c) { c.indices.set(0 * c.t_max + int64_t(c.accepted.get(0)) - 1, double(c.P + 5)); }, 0},
+      // read from column 0, the state after token 1 to a slot past the pool: flagged, not skipped
+      {"write slot past the pool", kDecodeIndexOutOfRange, [](DecodeCase& c) { c.accepted.set(0, 1); c.indices.set(0 * c.t_max + 1, double(c.P + 5)); }, -1},
       {"accepted 0", kDecodeBadAcceptedTokens, [](DecodeCase& c) { c.accepted.set(1, 0); }, 1},
       {"accepted past T_max", kDecodeBadAcceptedTokens, [](DecodeCase& c) { c.accepted.set(2, 7); }, 2},
       {"sequence longer than T_max", kDecodeSequenceTooLong, [](DecodeCase& c) { c.cu.set(1, 0); }, -1},
@@ -146,9 +156,9 @@ TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
     b.corrupt(bad);  // "longer than T_max": sequence 0 empty, sequence 1 gets 3 tokens > T_max = 2
     DeviceCase d(bad, /*host_cu=*/false);
     const Status s = decode(cfg.family, d.in, d.out, c.options());
-    ASSERT_TRUE(s.ok()) << b.what << ": " << s.message;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << b.what;
-    EXPECT_EQ(d.status() & b.flag, b.flag) << b.what;
+    ASSERT_TRUE(s.ok()) << cfg.name() << " " << b.what << ": " << s.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cfg.name() << " " << b.what;
+    EXPECT_EQ(d.status() & b.flag, b.flag) << cfg.name() << " " << b.what;
     if (b.seq >= 0) {  // the flagged sequence's o rows are zero
       d.fetch(bad);
       int64_t bos = 0;
@@ -156,6 +166,7 @@ TEST(CudaDecode, SmallFlagsWhatOnlyTheDeviceSees) {
       for (int64_t t = 0; t < cfg.lens[b.seq]; ++t)
         for (int64_t i = 0; i < cfg.HV * cfg.V; ++i) ASSERT_EQ(bad.o.get((bos + t) * cfg.HV * cfg.V + i), 0.0) << b.what;
     }
+  }
   }
 }
 

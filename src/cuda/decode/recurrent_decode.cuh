@@ -192,36 +192,29 @@ __device__ __forceinline__ bool seq_span(const Params& p, int n, int tid, long l
   return *len > 0;
 }
 
-// The slot sequence n starts from (n itself without state indices). False: the sequence is
-// skipped (the caller zeroes its o rows, then raises *bit in the status, if nonzero): more tokens
-// than index columns (4), an accepted count outside [1, T_max] (2), a slot past the pool (1); a
-// negative slot is padding (no flag). The caller raises the flag after zeroing the rows, not
+// The slot sequence n starts from (n itself without state indices) into *rslot. Returns -1 to go
+// on; otherwise the sequence is skipped (the caller zeroes its o rows) and the value is the flag
+// the caller raises after that: more tokens than index columns (4), an accepted count outside
+// [1, T_max] (2), a slot past the pool (1), or 0 for a negative slot (padding, no flag).
+// (An int rather than bool + out-flag: the latter made ptxas spill 11 words in the 64-column
+// kernel at K = 128, none here.) The caller raises the flag after zeroing the rows, not
 // before: thread 0's atomic in a branch of its own ahead of the zeroing loop (which ptxas turns
 // into a warp-aggregated atomic on uniform registers) left the other 31 threads of warp 0 with
 // wrong o addresses in that loop in the sm_80 build JIT-compiled on an H100 (memcheck, session 50;
 // docs/cuda_architecture.md, "Other GPUs").
-__device__ __forceinline__ bool start_slot(const Params& p, int n, long long len, long long* rslot, int* bit) {
+__device__ __forceinline__ int start_slot(const Params& p, int n, long long len, long long* rslot) {
   *rslot = n;
-  *bit = 0;
-  if (!p.has_indices) return true;
-  if (p.indices_2d && len > p.index_cols) {
-    *bit = 4;
-    return false;
-  }
+  if (!p.has_indices) return -1;
+  if (p.indices_2d && len > p.index_cols) return 4;
   long long a = 1;
   if (p.has_accepted) {
     a = ld_index(p.accepted, p.acc64, n);
-    if (a < 1 || a > p.index_cols) {
-      *bit = 2;
-      return false;
-    }
+    if (a < 1 || a > p.index_cols) return 2;
   }
   *rslot = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + (a - 1));
-  if (*rslot < 0 || *rslot >= p.pool_slots) {
-    *bit = *rslot >= 0 ? 1 : 0;
-    return false;
-  }
-  return true;
+  if (*rslot < 0) return 0;
+  if (*rslot >= p.pool_slots) return 1;
+  return -1;
 }
 
 // A skipped sequence's o rows (this head, columns v0 .. v0 + TV - 1), by NT threads.
@@ -336,8 +329,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
 
   // ---- the slot to start from
   long long rslot;
-  int bit;
-  if (!start_slot(p, n, len, &rslot, &bit)) {
+  if (const int bit = start_slot(p, n, len, &rslot); bit >= 0) {
     skip_sequence<IO, kThreads>(p, bos, len, hv, v0, TV, bit);
     return;
   }
@@ -392,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
     }
   }
 
+  int late_bits = 0;  // a write slot past the pool: raised after the token loop (see start_slot)
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
     if (t > 0) __syncthreads();  // the previous token's readers of the staged inputs are done
@@ -439,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
     if (p.indices_2d) {
       const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
       if (w >= p.pool_slots) {
-        if (tid == 0 && p.status) atomicOr(p.status, 1);
+        late_bits |= 1;
       } else if (w >= 0) {
         to_global = true;
         dst_off = w * p.state_stride + hv * KV;
@@ -618,6 +611,7 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
       }
     }
   }
+  if (late_bits != 0 && tid == 0 && p.status) atomicOr(p.status, late_bits);
   }
 }
 

@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
   request(bos);  // before the slot index: its latency overlaps the index load
 
   long long rslot = n;
-  int bit;
-  if (!start_slot(p, n, len, &rslot, &bit)) {
+  if (const int bit = start_slot(p, n, len, &rslot); bit >= 0) {
     skip_sequence<IO, kHeadThreads>(p, bos, len, hv, 0, V, bit);
     return;
   }
@@ -107,6 +106,7 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
   }
 
   const int r0 = warp * kRows, c0 = 4 * lane;
+  int late_bits = 0;  // a write slot past the pool: raised after the token loop (see start_slot)
   for (long long t = 0; t < len; ++t) {
     const long long tok = bos + t;
     if (t > 0) {
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
     if (p.indices_2d) {
       const long long w = ld_index(p.indices, p.idx64, static_cast<long long>(n) * p.index_cols + t);
       if (w >= p.pool_slots) {
-        if (tid == 0 && p.status) atomicOr(p.status, 1);
+        late_bits |= 1;
       } else if (w >= 0) {
         cute::tma_store_fence();
         __syncthreads();
@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(kHeadThreads, head_min_blocks<ST>()) recurrent
       }
     }
   }
+  if (late_bits != 0 && tid == 0 && p.status) atomicOr(p.status, late_bits);
   if (p.indices_2d) {
     if (tid == 0) cute::tma_store_wait<0>();  // shared memory must outlive the copies' reads
     return;

@@ -3,6 +3,8 @@
 // GPU needed. These pin today's choices; a change to a heuristic shows up here first.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "common/problem.hpp"
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/config/backward_form.hpp"
+#include "cuda/config/device_info.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
 #include "cuda/cuda_test_util.hpp"
@@ -53,6 +56,34 @@ TEST(CudaConfig, Limits) {
   EXPECT_EQ(cfg::dtype_code(DType::kFloat32), 2);
   EXPECT_EQ(cfg::dtype_code(DType::kFloat64), 3);
   EXPECT_EQ(cfg::dtype_code(DType::kInt32), 3);
+}
+
+// The one home of the device queries: the defaults off the device range, the device's own
+// attributes on it (asked once; a second call returns the same record), and the Hopper kernels
+// only where the compute capability is 9.0.
+TEST(CudaConfig, DeviceInfo) {
+  const cfg::DeviceInfo& none = cfg::device_info(-1);
+  EXPECT_EQ(none.sm_count, 132);
+  EXPECT_EQ(none.smem.block, cfg::kHopperSmem.block);
+  EXPECT_EQ(none.cc, 0);
+  EXPECT_EQ(&cfg::device_info(64), &none);
+  SKIP_WITHOUT_GPU();
+  int dev = -1;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+  const cfg::DeviceInfo& d = cfg::device_info(dev);
+  EXPECT_EQ(&cfg::current_device_info(), &d);
+  EXPECT_EQ(d.sm_count, prop.multiProcessorCount);
+  EXPECT_EQ(d.smem.block, prop.sharedMemPerBlockOptin);
+  EXPECT_EQ(d.smem.sm, prop.sharedMemPerMultiprocessor);
+  EXPECT_EQ(d.cc, 10 * prop.major + prop.minor);
+  EXPECT_EQ(cfg::sm_count(dev), d.sm_count);
+  EXPECT_EQ(cfg::smem_limits(dev).block, d.smem.block);
+  const bool hopper_kernels = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
+  if (hopper_kernels) EXPECT_EQ(d.cc, 90);
+  std::printf("[ device   ] %s: %d SMs, %zu / %zu B shared, cc %d, Hopper kernels %s\n", prop.name, d.sm_count,
+              d.smem.block, d.smem.sm, d.cc, hopper_kernels ? "yes" : "no");
 }
 
 TEST(CudaConfig, CanImplement) {

@@ -1,6 +1,7 @@
 #include "cuda/config/limits.hpp"
 
-#include <atomic>
+#include "cuda/config/device_info.hpp"
+
 #include <string>
 
 #include <cuda_runtime.h>
@@ -9,34 +10,9 @@
 
 namespace linattn::cuda::config {
 
-int sm_count(int device) {
-  static int cached[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (cached[device] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
-    cached[device] = n;
-  }
-  return cached[device];
-}
+int sm_count(int device) { return device_info(device).sm_count; }
 
-SmemLimits smem_limits(int device) {
-  // 0: not asked yet (a query that fails is not retried: its answer is kHopperSmem)
-  static std::atomic<std::size_t> block[64] = {}, sm[64] = {};
-  if (device < 0 || device >= 64) return kHopperSmem;
-  std::size_t b_now = block[device].load(std::memory_order_acquire);  // sm's store happens before block's
-  if (b_now == 0) {
-    int b = 0, m = 0;
-    const bool ok = cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&m, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess &&
-                    b > 0 && m > 0;
-    if (!ok) cudaGetLastError();  // a failed query leaves no error for the next launch to report
-    sm[device].store(ok ? static_cast<std::size_t>(m) : kHopperSmem.sm, std::memory_order_relaxed);
-    b_now = ok ? static_cast<std::size_t>(b) : kHopperSmem.block;
-    block[device].store(b_now, std::memory_order_release);
-  }
-  return {b_now, sm[device].load(std::memory_order_relaxed)};
-}
+SmemLimits smem_limits(int device) { return device_info(device).smem; }
 
 Status can_implement(const detail::Problem& p, const char* direction) {
   const std::string what = std::string("CUDA ") + direction;

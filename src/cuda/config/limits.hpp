@@ -36,10 +36,10 @@ struct SmemLimits {
   std::size_t sm;     // cudaDevAttrMaxSharedMemoryPerMultiprocessor
 };
 constexpr SmemLimits kHopperSmem{kMaxSmem, 228 * 1024};
-// `device`'s limits (cached per device; kHopperSmem when the query fails or no device is named).
+// `device`'s limits (device_info.hpp: asked once per device; kHopperSmem when the query fails).
 SmemLimits smem_limits(int device);
 
-// Multiprocessors of `device` (cached per device; 132 when the query fails).
+// Multiprocessors of `device` (device_info.hpp: asked once per device; 132 when the query fails).
 int sm_count(int device);
 
 // The dtype codes of the kernels' runtime switches. They equal linattn::DType's values for the

@@ -4,6 +4,7 @@
 
 #include "cuda/common/chunk_bwd.cuh"
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/config/device_info.hpp"
 
 namespace linattn::cuda::kern {
 
@@ -16,25 +17,10 @@ cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wide_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 
-namespace {
-// Whether the current device is compute capability 9.0, cached per device: fused_tile and
-// launch_state ask on every forward call.
-bool device_is_sm90() {
-  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
-  if (dev < 64 && cached[dev] != 0) return cached[dev] > 0;
-  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                   major == 9 && minor == 0;
-  if (dev < 64) cached[dev] = yes ? 1 : -1;
-  return yes;
-}
-}  // namespace
-
 bool recurrence_wgmma_supported(int dtype, int K, int V) {
 #if defined(LINATTN_HAS_SM90A)
-  return (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 && device_is_sm90();
+  return (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 &&
+         config::current_device_info().cc == 90;  // sm_90a code runs on compute capability 9.0 only
 #else
   (void)dtype;
   (void)K;

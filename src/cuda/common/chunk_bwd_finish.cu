@@ -64,7 +64,7 @@ __global__ void finish_qk_kernel(const P* pq, const P* pk, const T* q, const T* 
       for (int it = 0; it < kIt; ++it)
 #pragma unroll
         for (int e = 0; e < 4; ++e) ss += xv[w][it][e] * xv[w][it][e];
-      const float rstd = rsqrtf(warp_sum(ss) + 1e-6f);
+      const float rstd = gate::l2_rnorm(warp_sum(ss));
       float dot = 0.f;
 #pragma unroll
       for (int it = 0; it < kIt; ++it)

@@ -395,8 +395,8 @@ __global__ void prep_qk_kernel(const void* q, const void* k, int dt, float* qn, 
   }
   float rq = 1.f, rk = 1.f;
   if (l2) {
-    rq = rsqrtf(warp_sum(sq) + 1e-6f);
-    rk = rsqrtf(warp_sum(sk) + 1e-6f);
+    rq = gate::l2_rnorm(warp_sum(sq));
+    rk = gate::l2_rnorm(warp_sum(sk));
   }
 #pragma unroll
   for (int m = 0; m < kMaxKPerLane; ++m) {

@@ -659,8 +659,8 @@ __global__ void __launch_bounds__(kThreads, kIs16<T> ? 2 : 1) wy_kernel(const Wy
       }
       if (lane == 0) {
         const int i = warp + (kThreads / 32) * r;
-        rq[i] = rsqrtf(sq[r] + 1e-6f);
-        rk[i] = rsqrtf(sk[r] + 1e-6f);
+        rq[i] = gate::l2_rnorm(sq[r]);
+        rk[i] = gate::l2_rnorm(sk[r]);
       }
     }
   }

@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
             sq += __shfl_xor_sync(0xffffffffu, sq, o);
           }
           if ((e & (pieces - 1)) == 0) {
-            rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
-            rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+            rk[i] = p.l2norm ? gate::l2_rnorm(sk) : 1.f;
+            rq[i] = p.l2norm ? gate::l2_rnorm(sq) : 1.f;
           }
         }
       }
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(kPrepThreads, prep_min_blocks<T, VEC>()) chunk
         sq += __shfl_xor_sync(0xffffffffu, sq, o);
       }
       if (lane == 0) {
-        rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
-        rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+        rk[i] = p.l2norm ? gate::l2_rnorm(sk) : 1.f;
+        rq[i] = p.l2norm ? gate::l2_rnorm(sq) : 1.f;
       }
     }
   }

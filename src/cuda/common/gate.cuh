@@ -19,6 +19,22 @@ namespace linattn::cuda::gate {
 
 constexpr float kFloor = static_cast<float>(detail::kGateFloor);
 
+// The l2norm transform (use_qk_l2norm_in_kernel): x / sqrt(Σx² + ε) per token and head, ε as the
+// CPU backend's and FLA's (common/transforms.hpp). The reciprocal norm from a float32 sum of squares:
+constexpr float kL2Eps = static_cast<float>(detail::kL2NormEps);
+__device__ __forceinline__ float l2_rnorm(float sumsq) { return rsqrtf(sumsq + kL2Eps); }
+
+// Two adjacent lanes hold the sums of squares of one row's two halves (of q in sq, of k in sk):
+// both get the row's sums, and the first (first = true) stores the row's reciprocal norms.
+__device__ __forceinline__ void store_pair_rnorms(float sq, float sk, bool first, float* rq, float* rk) {
+  sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+  sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+  if (first) {
+    *rq = l2_rnorm(sq);
+    *rk = l2_rnorm(sk);
+  }
+}
+
 // NaN passes through (a NaN gate is the caller's NaN).
 __device__ __forceinline__ float floor_gate(float g) { return g < kFloor ? kFloor : g; }
 

@@ -28,6 +28,19 @@ __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 
+// Adds the squares of the eight 16-bit values packed in a to sq, and of those in b to sk, in
+// element order: exact squares, float32 sums (the l2 norms' sums of the Hopper backward's pass 2).
+template <class T>
+__device__ __forceinline__ void add_squares8(uint4 a, uint4 b, float& sq, float& sk) {
+  const T* ae = reinterpret_cast<const T*>(&a);
+  const T* be = reinterpret_cast<const T*>(&b);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    sq += to_f(ae[e]) * to_f(ae[e]);
+    sk += to_f(be[e]) * to_f(be[e]);
+  }
+}
+
 template <class T>
 __device__ __forceinline__ T from_f(float x);
 template <>

@@ -420,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, CW == 8 ? 6 : (KB <= 128 ? 8 : 4)) r
       const float4 x = red_n[w];
       nn = make_float4(nn.x + x.x, nn.y + x.y, nn.z + x.z, 0.f);
     }
-    const float rq = p.l2norm ? rsqrtf(nn.x + 1e-6f) : 1.f;
-    const float rk = p.l2norm ? rsqrtf(nn.y + 1e-6f) : 1.f;
+    const float rq = p.l2norm ? gate::l2_rnorm(nn.x) : 1.f;
+    const float rk = p.l2norm ? gate::l2_rnorm(nn.y) : 1.f;
     const float qs = rq * p.scale;
     const float qk = nn.z * qs * rk;
 

@@ -294,8 +294,8 @@ struct ScalarDeltaProducer {
     const float gC = sc.gam[kC - 1];
     out.ge(tid, expf(gC));
     if (tid < kC) {
-      const float rk = pp.l2norm ? rsqrtf(sc.nk2[tid] + 1e-6f) : 1.f;
-      const float rq = pp.l2norm ? rsqrtf(sc.nq2[tid] + 1e-6f) : 1.f;
+      const float rk = pp.l2norm ? gate::l2_rnorm(sc.nk2[tid]) : 1.f;
+      const float rq = pp.l2norm ? gate::l2_rnorm(sc.nq2[tid]) : 1.f;
       const float gt = sc.gam[tid];
       sc.rk[tid] = rk;
       sc.rq[tid] = rq;

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, WIDE ? 2 : 3) chunk_prep_vector_wgmm
       }
       s = (part[0] + part[1]) + (part[2] + part[3]);
     }
-    const float rn = p.l2norm ? rsqrtf(s + 1e-6f) : 1.f;
+    const float rn = p.l2norm ? gate::l2_rnorm(s) : 1.f;
     if (tid < kC) sm.rk[r] = rn;
     else sm.rq[r] = rn;
     if (tid < kC) {

@@ -168,22 +168,11 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_scalar_wgmma_kernel(const _
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const int off = kmajor_off<kC>(r, 64 * half + 8 * m);
-      const uint4 a = *reinterpret_cast<const uint4*>(sm.q + off);
+      const uint4 a = *reinterpret_cast<const uint4*>(sm.q + off);  // one 16-byte load each
       const uint4 b = *reinterpret_cast<const uint4*>(sm.k + off);
-      const T* ae = reinterpret_cast<const T*>(&a);
-      const T* be = reinterpret_cast<const T*>(&b);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        sq += to_f(ae[e]) * to_f(ae[e]);
-        sk += to_f(be[e]) * to_f(be[e]);
-      }
+      kern::add_squares8<T>(a, b, sq, sk);
     }
-    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-    sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-    if (half == 0) {
-      sm.rq[r] = rsqrtf(sq + 1e-6f);
-      sm.rk[r] = rsqrtf(sk + 1e-6f);
-    }
+    gate::store_pair_rnorms(sq, sk, half == 0, &sm.rq[r], &sm.rk[r]);
   } else if (tid < kC) {
     sm.rq[tid] = sm.rk[tid] = 1.f;
   }

@@ -196,22 +196,9 @@ __global__ void __launch_bounds__(kThreads, 2) pass2_vector_wgmma_kernel(const _
         b[m] = __ldg(reinterpret_cast<const uint4*>(krows + r * qk_row + 64 * hf) + m);
       }
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const T* ae = reinterpret_cast<const T*>(&a[m]);
-        const T* be = reinterpret_cast<const T*>(&b[m]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          sq += to_f(ae[e]) * to_f(ae[e]);
-          sk += to_f(be[e]) * to_f(be[e]);
-        }
-      }
+      for (int m = 0; m < 8; ++m) kern::add_squares8<T>(a[m], b[m], sq, sk);
     }
-    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-    sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-    if (hf == 0) {
-      sm.rq[r] = rsqrtf(sq + 1e-6f);
-      sm.rk[r] = rsqrtf(sk + 1e-6f);
-    }
+    gate::store_pair_rnorms(sq, sk, hf == 0, &sm.rq[r], &sm.rk[r]);
   } else if (tid < kC) {
     sm.rq[tid] = sm.rk[tid] = 1.f;
   }

@@ -20,15 +20,13 @@ using kern::cp_wait;
 using kern::from_f;
 using kern::kIs16;
 using kern::load_any;
+using kern::pad_of;
 using kern::store2;
 using kern::to_f;
 using kern::WarpStateTile;
 using kern::zero_acc;
 
 constexpr int kThreads = 256;
-
-template <class T>
-constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
 
 // ---------------------------------------------------------------- tensor-core helpers
 // acc[MI][NI] += A[m0 .., k0 : k1] * B[k0 : k1, n0 ..]. A is k-major when AK (A(m, k) at

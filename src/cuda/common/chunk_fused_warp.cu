@@ -16,6 +16,7 @@
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/scheduler.cuh"
+#include "cuda/config/device_info.hpp"
 #include "cuda/config/limits.hpp"
 
 namespace linattn::cuda::kern {
@@ -369,12 +370,8 @@ bool fused_warp_applies(int dtype, const StateParams& p) {
   if (!((dtype == 0 || dtype == 1) && (p.K == 64 || p.K == 128) && p.o != nullptr && p.hs == nullptr &&
         p.vnew == nullptr && p.U_lo == nullptr && (p.fused_vt == 64 || p.fused_vt == 32) && p.V % p.fused_vt == 0))
     return false;
-  int dev = 0;  // the launch's device (the caller's DeviceGuard)
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    dev = -1;  // (the Hopper limits)
-  }
-  return fused_warp_smem_bytes(p.K, p.fused_vt) <= config::smem_limits(dev).block;
+  // the launch's device (the caller's DeviceGuard); the Hopper limits when it cannot be asked
+  return fused_warp_smem_bytes(p.K, p.fused_vt) <= config::current_device_info().smem.block;
 }
 
 cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s) {

@@ -20,9 +20,6 @@ constexpr int kVT = 32;           // V tile of the recurrence
 constexpr int kOutThreads = 128;  // output kernel: 4 warps, 16 rows each
 constexpr int kVO = 64;           // V tile of the output kernel
 
-template <class T>
-constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
-
 template <class T, int K, int VT>
 struct StateLayout {
   static constexpr int P = pad_of<T>();

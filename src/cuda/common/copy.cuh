@@ -11,6 +11,10 @@
 
 namespace linattn::cuda::kern {
 
+// Row padding (elements) of a staged 16-byte-piece tile: consecutive rows start on different banks.
+template <class T>
+constexpr int pad_of() { return 16 / static_cast<int>(sizeof(T)); }
+
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));

@@ -212,6 +212,8 @@ cudaError_t launch_fused_warp(int dtype, const StateParams& p, cudaStream_t s);
 // picks V tile 64). saved_forward_o_in_pass: a saving forward computing in dtype computes O in the
 // recompute's pass (no hs in its workspace).
 bool recurrence_wgmma_supported(int dtype, int K, int V);
+// Whether this build holds the sm_90a kernels (LINATTN_CUDA_ARCHS has 90a).
+bool sm90a_built();
 bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 bool saved_forward_o_in_pass(int dtype, int K, int V);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);

@@ -17,16 +17,17 @@ cudaError_t launch_prep_vector_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_nodelta_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 cudaError_t launch_prep_vector_wide_wgmma_bf16(const PrepParams& p, cudaStream_t s);
 
-bool recurrence_wgmma_supported(int dtype, int K, int V) {
+bool sm90a_built() {
 #if defined(LINATTN_HAS_SM90A)
-  return (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 &&
-         config::current_device_info().cc == 90;  // sm_90a code runs on compute capability 9.0 only
+  return true;
 #else
-  (void)dtype;
-  (void)K;
-  (void)V;
   return false;
 #endif
+}
+
+bool recurrence_wgmma_supported(int dtype, int K, int V) {
+  return sm90a_built() && (dtype == 0 || dtype == 1) && K == 128 && V % 64 == 0 &&
+         config::current_device_info().cc == 90;  // sm_90a code runs on compute capability 9.0 only
 }
 
 bool saved_forward_o_in_pass(int dtype, int K, int V) {

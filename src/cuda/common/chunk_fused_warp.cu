@@ -13,6 +13,7 @@
 // double-buffered by cp.async, and read by ldmatrix. Raw-row mode (GDN, scalar gate) reads raw
 // q / k rows and their row factors instead of Qg / KgT, as chunk_fused_kernel does.
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/chunk_stage.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/scheduler.cuh"
@@ -27,27 +28,13 @@ constexpr int kWarps = 8;  // 4 column groups x 2 halves of K
 constexpr int kThreads = 32 * kWarps;
 
 template <class T, int K, int VT>
-struct WarpLayout {
-  static constexpr int P = 16 / static_cast<int>(sizeof(T));
-  static constexpr int ldw = K + P;    // W, Qg (or raw q) rows [64][K]; raw k rows [64][K] at kt_off
-  static constexpr int ldkt = kC + P;  // KgT rows [K][64]
-  static constexpr int lda = kC + P;   // Aqk rows [64][64]
-  static constexpr int ldu = VT + P;   // U rows [64][VT]
-  static constexpr int es = sizeof(T);
-  static constexpr int w_off = 0;
-  static constexpr int q_off = w_off + kC * ldw * es;
-  static constexpr int kt_off = q_off + kC * ldw * es;
-  static constexpr int a_off = kt_off + K * ldkt * es;
-  static constexpr int u_off = a_off + kC * lda * es;
-  static constexpr int ge_off = u_off + kC * ldu * es;
-  static constexpr int rf_off = ge_off + K * 4;  // row factors [2][64] (raw-row mode)
-  static constexpr int stage = rf_off + 2 * kC * 4;
+struct WarpLayout : ChunkStageLayout<T, K, VT> {
+  using Stage = ChunkStageLayout<T, K, VT>;
   // partial sums exchanged by the two K halves of a column group, in C fragment order:
   // W S [4 groups][2 halves][64 x VT/4], and the Qg S rows the other half finalises [..][32 x VT/4]
-  static constexpr int vx_off = 2 * stage;
+  static constexpr int vx_off = 2 * Stage::stage;
   static constexpr int ox_off = vx_off + 4 * 2 * kC * (VT / 4) * 4;
   static constexpr int total = ox_off + 4 * 2 * (kC / 2) * (VT / 4) * 4;
-  static_assert(kC * ldw <= K * ldkt, "raw k rows fit KgT's area");
 };
 
 // The 8x8 16-bit matrix whose row g, columns 2t, 2t+1 this lane holds, transposed (same layout).
@@ -106,42 +93,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_warp_kernel(const Sta
       for (int e = 0; e < 4; ++e)
         S[mk][ni][e] = p.h0 ? load_state(p.h0, p.h0_dt, state_base + sidx(srow(mk, e), scol(ni, e))) : 0.f;
 
-  const T* Wg = static_cast<const T*>(p.W);
-  const T* Ug = static_cast<const T*>(p.U);
-  const T* Qgg = static_cast<const T*>(p.Qg);
-  const T* KTg = static_cast<const T*>(p.KgT);
-  const T* Ag = static_cast<const T*>(p.Aqk);
-
   auto issue = [&](int ci) {
-    unsigned char* st = smem + (ci & 1) * Lay::stage;
-    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    if constexpr (DELTA) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
-    if (rows) {
-      const int valid = min(kC, si.len - ci * kC);
-      const int64_t rs = static_cast<int64_t>(p.H) * K;
-      const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * K;
-      tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
-                                          static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
-      tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
-                                          static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
-      tile_copy<float, 1, 2 * kC, kThreads>(reinterpret_cast<float*>(st + Lay::rf_off), 2 * kC,
-                                            p.rowfac + blk * 2 * kC, 2 * kC, tid);
-    } else {
-      tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, tid);
-      tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
-    }
-    tile_copy<T, kC, kC, kThreads>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, tid);
-    if (!DELTA && p.v_raw) {  // V_new = V from the token-major rows; rows past the chunk's end zero, as U's
-      const int64_t vs = static_cast<int64_t>(HV) * V;
-      tile_copy<T, kC, VT, kThreads, true>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu,
-                                           static_cast<const T*>(p.v_raw) + static_cast<int64_t>(si.t0 + ci * kC) * vs +
-                                               static_cast<int64_t>(hv) * V + v0,
-                                           vs, tid, min(kC, si.len - ci * kC));
-    } else {
-      tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
-    }
-    tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
-    cp_commit();
+    copy_chunk_stage<T, K, VT, kThreads>(smem + (ci & 1) * Lay::stage, p, si, ci, HV, hv, hk, V, v0, DELTA,
+                                         rows, !DELTA && p.v_raw, tid);
   };
 
   if (nch > 0) issue(0);

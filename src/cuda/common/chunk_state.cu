@@ -5,6 +5,7 @@
 //                       S = exp(γ_C) S + Kgᵀ V_new; writes V_new and the state before each chunk.
 //   chunk_out_kernel    O = Qg S_c + Aqk V_new, one CTA per (chunk, V tile of 64, value head).
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/common/chunk_stage.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/scheduler.cuh"
@@ -39,26 +40,12 @@ struct StateLayout {
 };
 
 template <class T, int K, int VT>
-struct FusedLayout {
-  static constexpr int P = pad_of<T>();
-  static constexpr int ldw = K + P;      // W, Qg (or raw q) rows [64][K]; raw k rows [64][K] at kt_off
-  static constexpr int ldkt = kC + P;    // KgT rows [K][64]
-  static constexpr int lda = kC + P;     // Aqk rows [64][64]
-  static constexpr int ldu = VT + P;     // U rows [64][VT]
-  static constexpr int lds = K + P;      // S^T [VT][K]
-  static constexpr int ldv = kC + P;     // V_new^T [VT][64] (and f ⊙ V_new, raw-row mode)
-  static constexpr int es = sizeof(T);
-  static constexpr int w_off = 0;
-  static constexpr int q_off = w_off + kC * ldw * es;
-  static constexpr int kt_off = q_off + kC * ldw * es;
-  static constexpr int a_off = kt_off + K * ldkt * es;
-  static constexpr int u_off = a_off + kC * lda * es;
-  static constexpr int ge_off = u_off + kC * ldu * es;
-  static constexpr int rf_off = ge_off + K * 4;  // row factors [2][64] (raw-row mode)
-  static constexpr int stage = rf_off + 2 * kC * 4;
-  static constexpr int fixed = VT * lds * es + VT * ldv * es;
-  static constexpr int fixed_rows = fixed + VT * ldv * es;  // + (f ⊙ V_new)^T in raw-row mode
-  static_assert(kC * ldw <= K * ldkt, "raw k rows fit KgT's area");
+struct FusedLayout : ChunkStageLayout<T, K, VT> {
+  using Stage = ChunkStageLayout<T, K, VT>;
+  static constexpr int lds = K + Stage::P;   // S^T [VT][K]
+  static constexpr int ldv = kC + Stage::P;  // V_new^T [VT][64] (and f ⊙ V_new, raw-row mode)
+  static constexpr int fixed = VT * lds * Stage::es + VT * ldv * Stage::es;
+  static constexpr int fixed_rows = fixed + VT * ldv * Stage::es;  // + (f ⊙ V_new)^T in raw-row mode
 };
 
 template <class T, int K>
@@ -351,30 +338,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_fused_kernel(const StatePar
   const T* Ag = static_cast<const T*>(p.Aqk);
 
   auto issue = [&](int ci) {
-    unsigned char* st = smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage;
-    const int64_t blk = static_cast<int64_t>(si.chunk0 + ci) * HV + hv;
-    if (p.delta) tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::w_off), Lay::ldw, Wg + blk * kC * K, K, tid);
-    if constexpr (kIs16<T>) {
-      if (rows) {
-        const int valid = min(kC, si.len - ci * kC);
-        const int64_t rs = static_cast<int64_t>(p.H) * K;
-        const int64_t r0 = static_cast<int64_t>(si.t0 + ci * kC) * rs + static_cast<int64_t>(hk) * K;
-        tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw,
-                                            static_cast<const T*>(p.q_raw) + r0, rs, tid, valid);
-        tile_copy<T, kC, K, kThreads, true>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldw,
-                                            static_cast<const T*>(p.k_raw) + r0, rs, tid, valid);
-        tile_copy<float, 1, 2 * kC, kThreads>(reinterpret_cast<float*>(st + Lay::rf_off), 2 * kC,
-                                              p.rowfac + blk * 2 * kC, 2 * kC, tid);
-      }
-    }
-    if (!rows) {
-      tile_copy<T, kC, K, kThreads>(reinterpret_cast<T*>(st + Lay::q_off), Lay::ldw, Qgg + blk * kC * K, K, tid);
-      tile_copy<T, K, kC, kThreads>(reinterpret_cast<T*>(st + Lay::kt_off), Lay::ldkt, KTg + blk * K * kC, kC, tid);
-    }
-    tile_copy<T, kC, kC, kThreads>(reinterpret_cast<T*>(st + Lay::a_off), Lay::lda, Ag + blk * kC * kC, kC, tid);
-    tile_copy<T, kC, VT, kThreads>(reinterpret_cast<T*>(st + Lay::u_off), Lay::ldu, Ug + blk * kC * V + v0, V, tid);
-    tile_copy<float, 1, K, kThreads>(reinterpret_cast<float*>(st + Lay::ge_off), K, p.gexp + blk * K, K, tid);
-    cp_commit();
+    copy_chunk_stage<T, K, VT, kThreads>(smem + (stages == 2 ? (ci & 1) : 0) * Lay::stage, p, si, ci, HV, hv, hk, V,
+                                         v0, p.delta != 0, rows, false, tid);
   };
 
   if (stages > 0 && nch > 0) issue(0);

@@ -309,8 +309,67 @@ TEST(CudaForward, SmallStagesMarked) {
       const bool split = few_chains && hopper &&
                          cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), delta,
                                                         c.B, (c.T + 63) / 64, cuda::config::sm_count(0)) > 0;
-      EXPECT_EQ(names, split ? "maps,prep,segments,combine,state" : "maps,prep,state");
+      // simple GLA on Hopper at K = 128 in 16 bits without the split: one kernel, its chunk-local
+      // work in the pass (sm90/fused_scalar_forward_wgmma.cuh)
+      const bool one_kernel = hopper && fam == Family::kSimpleGLA && c.K == 128 && c.dt != DType::kFloat32 && !split;
+      EXPECT_EQ(names, split ? "maps,prep,segments,combine,state" : one_kernel ? "maps,state" : "maps,prep,state");
     }
+}
+
+// The one-kernel simple GLA forward (sm90/fused_scalar_forward_wgmma.cuh: two producer
+// warpgroups on alternate chunks, four stages) against float64, where the split does not apply:
+// both 16-bit types; g alone, g_gamma alone, both; GVA; V 64, 128 and 256 (its V tiles); the l2
+// norm (K Kᵀ in the producers' second batch); state V-first; sequences of 0, 1, 63, 64, 65 tokens
+// and of 11 and 20 chunks (every stage's barriers through several phases, both producers ending
+// on either parity). Then: the stage names (no prep on Hopper), the same bits with the timer and
+// again (deterministic). Small, for the sanitizers.
+TEST(CudaForward, SmallSimpleGlaOneKernel) {
+  SKIP_WITHOUT_GPU();
+  const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
+  struct Variant {
+    DType dt;
+    bool has_g, g_gamma, l2norm, h0, v_first;
+    int64_t H, HV, V;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, true, true, false, true, false, 1, 2, 128},
+      {DType::kBFloat16, true, false, false, false, false, 2, 2, 64},
+      {DType::kBFloat16, false, true, true, true, true, 1, 4, 128},
+      {DType::kFloat16, true, true, false, true, false, 2, 4, 256},
+      {DType::kFloat16, false, true, false, false, false, 1, 1, 128},
+  };
+  for (const Variant& v : variants) {
+    Case c = no_delta_case(Family::kSimpleGLA);
+    c.dt = v.dt;
+    c.has_g = v.has_g;
+    c.g_gamma = v.g_gamma;
+    c.l2norm = v.l2norm;
+    c.h0 = v.h0;
+    c.v_first = v.v_first;
+    c.H = v.H;
+    c.HV = v.HV;
+    c.K = 128;
+    c.V = v.V;
+    c.cu = {0, 100, 300, 300, 301, 364, 428, 493, 1197, 2477, 2540};  // 100, 200, 0, 1, 63, 64, 65, 704, 1280, 63
+    c.T = 2540;
+    c.final_state = true;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+    const Inputs x = make_inputs(c, /*backward=*/false);
+    FwdResult a, b;
+    cuda::StageTimer timer;
+    ASSERT_TRUE(run_cuda(c, x, &a).ok());
+    ASSERT_TRUE(run_cuda(c, x, &b, nullptr, false, &timer).ok());
+    EXPECT_EQ(a.o.bytes, b.o.bytes);
+    EXPECT_EQ(a.ht.bytes, b.ht.bytes);
+    std::string names;
+    for (const auto& [name, ms] : timer.stages()) names += (names.empty() ? "" : ",") + name;
+    const bool split = hopper && cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV),
+                                                                false, 10, 20, cuda::config::sm_count(0)) > 0;
+    ASSERT_FALSE(split) << "the case meant for the one-kernel forward takes the split";
+    EXPECT_EQ(names, hopper ? "maps,state" : "maps,prep,state");
+    expect_repeatable(c);
+  }
 }
 
 // Graph capture: no host sync or allocation inside the call (the chunk maps come from the host

@@ -218,6 +218,14 @@ bool recurrence_wgmma_applies(int dtype, const StateParams& p);
 bool saved_forward_o_in_pass(int dtype, int K, int V);
 cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_t s);
 
+// Simple GLA's forward in one kernel on Hopper (sm90/fused_scalar_forward_wgmma.cuh): the
+// chunk-local work in two producer warpgroups of the state pass, no chunk_prep and none of its
+// workspace read. Applies to the scalar gate without the delta rule, 16-bit, K = 128, where the
+// wgmma pass is supported; the caller checks the pass's side: the plain forward over the sequence
+// map (sp: o set, no sequence split, state map, saved or returned states; U null, V from the v rows).
+bool fused_scalar_forward_applies(int dtype, bool vector_gate, const PrepParams& pp);
+cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, cudaStream_t s);
+
 // chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds (and V is 64 or 128
 // where the prep writes U or reads the vector gate): the scalar gate (GDN; simple GLA without W and
 // U; sm90/chunk_prep_wgmma.cuh) with the raw-row outputs (W, U, Aqk, rowfac, gexp), 16-bit; the

@@ -25,7 +25,7 @@ struct alignas(1024) PrepWgmmaSmem {
   alignas(1024) E q[kC * kK];  // q (tok, ch); the inverse's scratch once the products have read it
   alignas(1024) E k[kK * kC];  // k (ch, tok)
   std::conditional_t<DELTA, VTiles<E>, NoVTiles<E>> vt;
-  ScalarDeltaScratch sc;
+  ScalarScratchOf<DELTA> sc;
 };
 
 // Qg = diag(s r_q e^γ) q [64][128] and KgT = (diag(r_k e^{γ_C - γ}) k)ᵀ [128][64] in the compute type,
@@ -36,8 +36,8 @@ struct alignas(1024) PrepWgmmaSmem {
 // tile) into the q tile's space once Qg has read it, rows swizzled by XOR with the row mod 8, and
 // copied out row-wise (one thread a channel stored straight out wrote 16 bytes every 128: ncu
 // showed L2 at 75% against DRAM's 47%).
-template <class T, class E>
-__device__ __forceinline__ void write_qg_kgt(E* q, const E* k, ScalarDeltaScratch& sc, float scale, int Lc,
+template <class T, class E, class Scratch>
+__device__ __forceinline__ void write_qg_kgt(E* q, const E* k, Scratch& sc, float scale, int Lc,
                                              T* Qg, T* KgT, int tid) {
   static_assert(sizeof(E) == sizeof(T) && kC * kK * sizeof(E) == kK * kC * sizeof(T), "KgT staged in q's tile");
   if (tid < kC) {  // the row factors once a token, in place of r_q and r_k (nothing reads those after)
@@ -123,7 +123,9 @@ __global__ void __launch_bounds__(kThreads, DELTA ? 3 : 4) chunk_prep_scalar_del
                        p.gexp + blk * kK, V};
   const float graw[2] = {prod.graw[0], prod.graw[1]}, braw[2] = {prod.braw[0], prod.braw[1]};
   prod.compute(in, ci.len, graw, braw, reinterpret_cast<float*>(sm.q), out);
-  if (DELTA && V > kVT) prod.u_tile(sm.vt.v1, out, kVT);
+  if constexpr (DELTA) {
+    if (V > kVT) prod.u_tile(sm.vt.v1, out, kVT);
+  }
   if constexpr (!DELTA) {
     if (p.Qg) {  // the backward's recompute (no delta rule): Qg and KgT themselves, not their row factors
       warpgroup_sync<1>();  // γ, r_q, r_k of every token; the products' reads of r_q, r_k done

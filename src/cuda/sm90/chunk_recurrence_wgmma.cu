@@ -95,6 +95,20 @@ cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, 
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }
 
+cudaError_t launch_fused_scalar_forward_bf16(const PrepParams& pp, const StateParams& sp, cudaStream_t s);
+cudaError_t launch_fused_scalar_forward_fp16(const PrepParams& pp, const StateParams& sp, cudaStream_t s);
+
+bool fused_scalar_forward_applies(int dtype, bool vector_gate, const PrepParams& pp) {
+  // the scalar gate without the delta rule, V from the v rows; the caller checks the pass's side
+  // (the plain forward over the sequence map: o, no h, state map, split or U)
+  return (dtype == 0 || dtype == 1) && !vector_gate && !pp.delta && pp.K == 128 && pp.v != nullptr &&
+         pp.Ainv == nullptr && pp.U_lo == nullptr && pp.KgT_lo == nullptr && recurrence_wgmma_supported(dtype, pp.K, pp.V);
+}
+
+cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, cudaStream_t s) {
+  return dtype == 0 ? launch_fused_scalar_forward_fp16(pp, sp, s) : launch_fused_scalar_forward_bf16(pp, sp, s);
+}
+
 }  // namespace linattn::cuda::kern
 
 namespace linattn::cuda::bwd {

@@ -23,7 +23,8 @@
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
-// The producer's own shared memory (besides the stages it fills).
+// The producer's own shared memory (besides the stages it fills): with the delta rule (GDN) the
+// inverse's blocks, β and W's column factor besides the per-token values of the gate-only form.
 struct ScalarDeltaScratch {
   alignas(16) float Ab[10 * kTriBlock];  // A's lower blocks; the diagonal ones become T_II
   alignas(16) float Tb[6 * kTriBlock];   // T's off-diagonal blocks
@@ -35,6 +36,17 @@ struct ScalarDeltaScratch {
   alignas(16) float nq2[kC];
   alignas(16) float wfac[kC];  // β_j r_k,j e^{γ_j}: W's column factor on T
 };
+// Without the delta rule (simple GLA): the per-token values alone, 1.25 KB (two producers of the
+// one-kernel forward each keep one beside four stages).
+struct ScalarGateScratch {
+  alignas(16) float gam[kC];
+  alignas(16) float rk[kC];
+  alignas(16) float rq[kC];
+  alignas(16) float nk2[kC];
+  alignas(16) float nq2[kC];
+};
+template <bool DELTA>
+using ScalarScratchOf = std::conditional_t<DELTA, ScalarDeltaScratch, ScalarGateScratch>;
 
 // One chunk's input tiles in shared memory (1024-byte aligned): q (tok, ch) at kmajor_off<64>, k
 // (ch, tok) at mnmajor_off, one 64-column v tile (tok, vcol) at kmajor_off<64>.
@@ -133,22 +145,25 @@ __device__ __forceinline__ void scaled_inverse_a(const float* Ab, const float* T
 
 // DELTA = false (simple GLA): γ with g_gamma, Q Kᵀ (K Kᵀ / Q Qᵀ only for the l2 norms), the
 // Aqk epilogue, the row factors and exp(γ_C); no β, A, inverse, W or U, and no v tile.
-template <class T, bool DELTA = true>
+// BAR: the named barrier of this warpgroup's syncs (1; a kernel with two producers gives each its
+// own).
+template <class T, bool DELTA = true, int BAR = 1>
 struct ScalarDeltaProducer {
   using A = Atoms<T>;
   using E = typename A::E;
   using L = Layouts<E>;
   using Tiles = ChunkTiles<E>;
+  using Scratch = ScalarScratchOf<DELTA>;
 
   const PrepParams& pp;
-  ScalarDeltaScratch& sc;
+  Scratch& sc;
   int tid, warp, lane, g, t;
   int hv, hk, v0;
   gate::HeadGate hg;
   float dtb;
   float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};  // the next chunk's raw gate (warp 0) / β (warp 1), tokens 2 lane, 2 lane + 1
 
-  __device__ ScalarDeltaProducer(const PrepParams& p_, ScalarDeltaScratch& sc_, int tid_, int hv_, int v0_)
+  __device__ ScalarDeltaProducer(const PrepParams& p_, Scratch& sc_, int tid_, int hv_, int v0_)
       : pp(p_), sc(sc_), tid(tid_), hv(hv_), v0(v0_) {
     warp = tid >> 5;
     lane = tid & 31;
@@ -237,15 +252,17 @@ struct ScalarDeltaProducer {
       // s: inclusive sum through token 2 lane + 1; tokens past Lc add 0 (γ stays at the last token's)
       sc.gam[2 * lane] = s - x[1];
       sc.gam[2 * lane + 1] = s;
-    } else if (DELTA && warp == 1) {
+    } else if constexpr (DELTA) {
+      if (warp == 1) {
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        float b = 0.f;
-        if (2 * lane + m < Lc) {
-          b = braw_c[m];
-          if (pp.beta_mode != 0) b = (pp.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
+        for (int m = 0; m < 2; ++m) {
+          float b = 0.f;
+          if (2 * lane + m < Lc) {
+            b = braw_c[m];
+            if (pp.beta_mode != 0) b = (pp.beta_mode == 2 ? 2.f : 1.f) * gate::sigmoid_precise(b);
+          }
+          sc.bet[2 * lane + m] = b;
         }
-        sc.bet[2 * lane + m] = b;
       }
     }
     // ---- K Kᵀ, Q Kᵀ and (l2norm) Q Qᵀ on SS wgmma from the staged tiles; the row norms are
@@ -262,7 +279,7 @@ struct ScalarDeltaProducer {
     fence_regs(accK);
     fence_regs(accQ);
     warpgroup_arrive();
-    wg_gemm<true>(mmaSS, tKa, tKb, accK);
+    if constexpr (DELTA) wg_gemm<true>(mmaSS, tKa, tKb, accK);  // (without it K Kᵀ is for the l2 norm alone)
     wg_gemm<true>(mmaSS, tQa, tKb, accQ);
     warpgroup_commit_batch();
     if (pp.l2norm) {
@@ -270,6 +287,7 @@ struct ScalarDeltaProducer {
       Tensor accN = partition_fragment_C(mmaSS, Shape<_64, _64>{});
       fence_regs(accN);
       warpgroup_arrive();
+      if constexpr (!DELTA) wg_gemm<true>(mmaSS, tKa, tKb, accK);
       wg_gemm<true>(mmaSS, tQa, tQb, accN);
       warpgroup_commit_batch();
       warpgroup_wait<0>();
@@ -289,7 +307,7 @@ struct ScalarDeltaProducer {
       fence_regs(accK);
     }
     fence_regs(accQ);
-    warpgroup_sync<1>();  // γ, β, the squared norms
+    warpgroup_sync<BAR>();  // γ, β, the squared norms
     // per-token factors: r_k, r_q, W's column factor, the raw-row pass's row factors, exp(γ_C)
     const float gC = sc.gam[kC - 1];
     out.ge(tid, expf(gC));
@@ -303,7 +321,7 @@ struct ScalarDeltaProducer {
       out.rf(tid, tid < Lc ? pp.scale * rq * __expf(gt) : 0.f);
       out.rf(kC + tid, tid < Lc ? rk * __expf(gC - gt) : 0.f);
     }
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
 
     // ---- the decay epilogue: A (float, compact blocks, j < i) and Aqk (16-bit, into the stage).
     // Column block nb (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when
@@ -314,7 +332,8 @@ struct ScalarDeltaProducer {
       const int r = 16 * warp + g + 8 * h;
       gi[h] = sc.gam[r];
       sqf[h] = pp.scale * sc.rq[r];
-      bk[h] = DELTA ? sc.bet[r] * sc.rk[r] : 0.f;
+      if constexpr (DELTA) bk[h] = sc.bet[r] * sc.rk[r];
+      else bk[h] = 0.f;
     }
     uint32_t aqw[DELTA ? kC / 4 : 1];  // [delta rule] Aqk's packed pairs, stored as row pieces below
 #pragma unroll
@@ -337,27 +356,34 @@ struct ScalarDeltaProducer {
         const uint32_t aq = pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
         if constexpr (DELTA) aqw[i / 2] = aq;
         else out.aqk(r, c, aq);
-        if (DELTA && nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
-          const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
-          const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
-          *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
+        if constexpr (DELTA) {
+          if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
+            const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
+            const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
+            *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
+          }
         }
       }
     }
-    if constexpr (!DELTA) return;  // (the caller syncs before the scratch is reused)
+    if constexpr (DELTA) wy_tail(in, aqw, X, out);  // (the caller syncs before the scratch is reused)
+  }
+
+  // The delta rule's rest of compute(): Aqk's row pieces, T = (I + A)⁻¹, W and U.
+  template <class Sink>
+  __device__ __forceinline__ void wy_tail(const Tiles& in, const uint32_t (&aqw)[kC / 4], float* X, Sink& out) {
     acc_row_pieces<kC>([&](int i) { return aqw[i / 2]; }, warp, g, t, [&](int r, int c, uint4 x) { out.aqk(r, c, x); });
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
 
     // ---- T = (I + A)⁻¹: diagonal blocks, then three levels of off-diagonal blocks
     if (tid < kC) tri_diag_compact(sc.Ab, tid >> 4, tid & 15);
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
     X += warp * kTriBlock;
     if (warp < 3) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 1, warp);
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
     if (warp < 2) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, warp + 2, warp);
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
     if (warp == 0) tri_offdiag_compact<false>(sc.Ab, sc.Tb, X, 3, 0);
-    warpgroup_sync<1>();
+    warpgroup_sync<BAR>();
 
     // ---- W = (T diag(β r_k e^γ)) k and U = (T diag(β)) v: the scaled T as register A operands
     Tensor Wa = make_tensor<E>(Shape<Shape<_2, _2, _2>, _1, Int<kC / 16>>{});

@@ -10,12 +10,12 @@
 // ~1.3 µs. Two on alternate chunks each have two consumer periods for theirs.
 //
 // Per (sequence, value head, V tile) CTA of three warpgroups:
-//   0, 1: producers of the even / odd chunks (setmaxnreg 128 each; named barriers 1 and 2). Each
+//   0, 1: producers of the even / odd chunks (setmaxnreg 144 each; named barriers 1 and 2). Each
 //         stages its next chunk's q, k, raw gate and v tile by cp.async while it computes this
 //         one's operands (intra_chunk_scalar_delta.cuh's producer, delta rule off, through
 //         StageSink), then releases the stage on full[s] (128 arrivals, after a proxy fence: the
 //         consumer's wgmmas read Aqk through the async proxy);
-//   2:    the raw-row recurrence (recurrence_consumer.cuh, unchanged; setmaxnreg 256).
+//   2:    the raw-row recurrence (recurrence_consumer.cuh, unchanged; setmaxnreg 216).
 // Four stages: chunk c is in stage c % 4, so each producer owns two (its chunk and its next one's
 // loads) and the consumer works on chunk c - 1 while chunks c and c + 1 are computed.
 #pragma once
@@ -50,11 +50,18 @@ struct StageSink {
 };
 
 constexpr int kFusedScalarStages = 4;
-// Registers by setmaxnreg (2 x 144 + 224 = 512 = 64 K / 128). ptxas, bf16: no spill in either
-// loop (the consumer's ~40 bytes are in its final-state store); 128 / 256 and 136 / 240 spill in
-// the producers' loops, 168 / 168 serialises the consumer's wgmmas.
+// Registers by setmaxnreg. The CTA starts with 168 a thread (384 threads under 64 K, in steps of
+// 8) and setmaxnreg moves registers only within the CTA's own pool: the consumer's increase must
+// not exceed what the producers free, or its setmaxnreg waits for ever (session 53's first run
+// hung at 144 / 144 / 224). ptxas, both types: no spill in any loop at 144 / 216 (the consumer's
+// ~48 bytes are in its final-state store); 128 and 136 for the producers spill in their loops.
+constexpr int kFusedLaunchRegs = 168;
 constexpr int kFusedProducerRegs = 144;
-constexpr int kFusedConsumerRegs = 224;
+constexpr int kFusedConsumerRegs = 216;
+static_assert(3 * 128 * kFusedLaunchRegs <= 64 * 1024 && (3 * 128 * (kFusedLaunchRegs + 8) > 64 * 1024),
+              "the launch's registers a thread (__launch_bounds__(384, 1))");
+static_assert(2 * (kFusedLaunchRegs - kFusedProducerRegs) >= kFusedConsumerRegs - kFusedLaunchRegs,
+              "the consumer takes no more registers than the two producers give back");
 
 template <class E, int STAGES>
 struct alignas(1024) FusedScalarSmem {

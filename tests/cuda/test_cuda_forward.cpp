@@ -271,6 +271,24 @@ TEST(CudaForward, SmallDeterministic) {
   }
 }
 
+// The forward with its stages marked, beside the plain call on the same inputs: bitwise the same
+// o and final state, every stage timed (>= 0); returns the stage names, comma-separated.
+std::string marked_stage_names(const Case& c) {
+  const Inputs x = make_inputs(c, /*backward=*/false);
+  FwdResult a, b;
+  cuda::StageTimer timer;
+  EXPECT_TRUE(run_cuda(c, x, &a).ok());
+  EXPECT_TRUE(run_cuda(c, x, &b, nullptr, false, &timer).ok());
+  EXPECT_EQ(a.o.bytes, b.o.bytes);
+  EXPECT_EQ(a.ht.bytes, b.ht.bytes);
+  std::string names;
+  for (const auto& [name, ms] : timer.stages()) {
+    names += (names.empty() ? "" : ",") + name;
+    EXPECT_GE(ms, 0.f) << name;
+  }
+  return names;
+}
+
 // The forward with its stages marked (linattn_cuda_stage_bench forward --stages) is the product's
 // forward: bitwise the same outputs, and the stages host/forward_stages.hpp names, each timed:
 // the sequence split's where config::seq_split_chunks picks it (one long chain on Hopper), the
@@ -294,18 +312,7 @@ TEST(CudaForward, SmallStagesMarked) {
       }
       c.final_state = true;
       SCOPED_TRACE(c.name());
-      const Inputs x = make_inputs(c, /*backward=*/false);
-      FwdResult a, b;
-      cuda::StageTimer timer;
-      ASSERT_TRUE(run_cuda(c, x, &a).ok());
-      ASSERT_TRUE(run_cuda(c, x, &b, nullptr, false, &timer).ok());
-      EXPECT_EQ(a.o.bytes, b.o.bytes);
-      EXPECT_EQ(a.ht.bytes, b.ht.bytes);
-      std::string names;
-      for (const auto& [name, ms] : timer.stages()) {
-        names += (names.empty() ? "" : ",") + name;
-        EXPECT_GE(ms, 0.f) << name;
-      }
+      const std::string names = marked_stage_names(c);
       const bool split = few_chains && hopper &&
                          cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), delta,
                                                         c.B, (c.T + 63) / 64, cuda::config::sm_count(0)) > 0;
@@ -355,15 +362,7 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
     c.final_state = true;
     SCOPED_TRACE(c.name());
     check_case(c);
-    const Inputs x = make_inputs(c, /*backward=*/false);
-    FwdResult a, b;
-    cuda::StageTimer timer;
-    ASSERT_TRUE(run_cuda(c, x, &a).ok());
-    ASSERT_TRUE(run_cuda(c, x, &b, nullptr, false, &timer).ok());
-    EXPECT_EQ(a.o.bytes, b.o.bytes);
-    EXPECT_EQ(a.ht.bytes, b.ht.bytes);
-    std::string names;
-    for (const auto& [name, ms] : timer.stages()) names += (names.empty() ? "" : ",") + name;
+    const std::string names = marked_stage_names(c);
     const bool split = hopper && cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV),
                                                                 false, 10, 20, cuda::config::sm_count(0)) > 0;
     ASSERT_FALSE(split) << "the case meant for the one-kernel forward takes the split";

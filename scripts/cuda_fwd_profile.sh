@@ -2,15 +2,16 @@
 # ncu profile of the CUDA forward kernels at the bench shape (linattn_cuda_stage_bench forward: two
 # forwards after the warm-ups). On the GPU machine, after scripts/gpu_setup.sh:
 #   bash scripts/cuda_fwd_profile.sh OUTDIR [configs, default gdn,kda_safe_gate] [ncu --set, default full]
-# configs: kda, kda_steep, kda_safe_gate, gdn (the bench's --only names).
+# configs: kda, kda_steep, kda_safe_gate, gdn, gla, simple_gla (the bench's --only names).
 # Writes OUTDIR/<config>.details.txt (all sections), <config>.source.csv (per CUDA line) and
 # <config>.sass.csv (per SASS instruction, with source counters). KREGEX: the kernel-name regex
-# (default chunk_|fused_).
+# (default chunk_|fused_). BIN: the stage bench (default ./build-gpu/linattn_cuda_stage_bench; e.g. a
+# binary built on the dev machine and carried, as scripts/pack_test_binaries.sh's tests are).
 set -u
 out=${1:-/tmp/prof}
 cfgs=${2:-gdn,kda_safe_gate}
 set_name=${3:-full}
-bin=./build-gpu/linattn_cuda_stage_bench
+bin=${BIN:-./build-gpu/linattn_cuda_stage_bench}
 mkdir -p "$out"
 for c in ${cfgs//,/ }; do
   timeout 300 ncu --clock-control none --kernel-name "regex:${KREGEX:-chunk_|fused_}" --launch-skip 4 \

@@ -218,7 +218,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
   // work in the state pass's producers (sm90/fused_scalar_forward_wgmma.cuh), no chunk_prep
   const kern::PrepParams pp_in = prep_params(p, in);
   // (its pass: o, the final states, no h, map_o, split or U)
-  const bool one_kernel = p.N > 0 && !p.vector_gate && rows && !keep && !state_map && h == nullptr &&
+  const bool one_kernel = p.N > 0 && rows && !keep && !state_map && h == nullptr &&
                           lay.seg_chunks == 0 && config::reads_v_rows(p) &&
                           kern::fused_scalar_forward_applies(dt, p.vector_gate, pp_in);
 
@@ -298,11 +298,12 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     if (state_map && !kern::recurrence_wgmma_applies(dt, sp)) {  // (checked above; outputs untouched)
       return Status::Unsupported("state_map_o / state_map_final: this shape does not run the wgmma pass");
     }
+    // the split: not where the pass writes every chunk's state (h, asked for or kept, needs the
+    // whole chains)
     if (one_kernel) {
       if (timer) timer->mark("state", st);
       e = kern::launch_fused_scalar_forward(dt, pp_in, sp, st);
       if (e != cudaSuccess) return cuda_error("one-kernel forward launch", e);
-    // (not where the pass writes every chunk's state: h, asked for or kept, needs the whole chains)
     } else if (lay.seg_chunks > 0 && sp.h == nullptr && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st, timer);
       if (e != cudaSuccess) return cuda_error("sequence-split state pass launch", e);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
@@ -391,6 +392,53 @@ inline BackwardInputs backward_views(const Inputs& x, bool dev, std::vector<DevB
 }
 
 // ------------------------------------------------------------------ forward outputs, reference
+
+// The neighbour-isolation cases (Cuda{Forward,Backward}.SmallNeighbourSequencesIsolated):
+// sequences of 100, 64 and 136 tokens, K = V = 128, one key head of two value heads. The first
+// sequence's 36-token tail chunk overlaps the second: a kernel's tile of it covers the next
+// sequence's rows (a TMA box, an unpredicated copy), which must be cleared or masked without
+// arithmetic (0 x inf is NaN).
+inline Case isolation_case(Family fam, DType dt) {
+  Case c = fam == Family::kKDA || fam == Family::kGDN ? Case{} : no_delta_case(fam);
+  c.fam = fam;
+  c.dt = dt;
+  c.K = c.V = 128;
+  c.H = 1;
+  c.HV = 2;
+  c.cu = {0, 100, 164, 300};
+  c.T = 300;
+  return c;
+}
+// x with the middle sequence's q, k, v and dO set to inf, its gate and β to NaN.
+inline Inputs poison_middle_sequence(const Case& c, const Inputs& x) {
+  Inputs bad = x;
+  auto poison = [&](HostTensor& t, double value) {
+    if (t.numel() == 0) return;
+    const int64_t per = t.numel() / c.T;  // elements a token
+    for (int64_t i = c.cu[1] * per; i < c.cu[2] * per; ++i) t.set(i, value);
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (HostTensor* t : {&bad.q, &bad.k, &bad.v, &bad.d_o}) poison(*t, inf);
+  for (HostTensor* t : {&bad.g, &bad.beta}) poison(*t, nan);
+  return bad;
+}
+// Token-major a and b ([.., T, ..]): bitwise equal, and b finite, on every token outside the middle
+// sequence.
+inline void expect_tokens_unchanged(const HostTensor& a, const HostTensor& b, const Case& c, const char* what) {
+  if (!a.present() || a.numel() == 0) return;
+  const int64_t per = a.numel() / c.T, esz = static_cast<int64_t>(a.bytes.size()) / a.numel();
+  for (int64_t t = 0; t < c.T; ++t) {
+    if (t >= c.cu[1] && t < c.cu[2]) continue;
+    ASSERT_EQ(0, std::memcmp(a.bytes.data() + t * per * esz, b.bytes.data() + t * per * esz, per * esz))
+        << what << " of token " << t << " changed with the poisoned neighbour";
+    for (int64_t i = t * per; i < (t + 1) * per; ++i) ASSERT_TRUE(std::isfinite(b.get(i))) << what << ", token " << t;
+  }
+}
+// States [N, ...] a and b: sequences 0 and 2 (the poisoned one's neighbours) bitwise equal.
+inline void expect_neighbour_states_unchanged(const HostTensor& a, const HostTensor& b, const char* what) {
+  const std::size_t st = a.bytes.size() / 3;
+  for (std::size_t n : {0, 2}) EXPECT_EQ(0, std::memcmp(a.bytes.data() + n * st, b.bytes.data() + n * st, st)) << what << " " << n;
+}
 
 struct FwdResult {
   HostTensor o, ht, h;  // h and ht absent unless the case asks for them

@@ -200,60 +200,24 @@ TEST(CudaBackward, SmallOddLengths) {
 
 // One sequence's inputs never reach another's gradients (the forward's
 // SmallNeighbourSequencesIsolated, for the backward): the middle of three sequences gets q, k, v
-// and dO = inf and a NaN gate / β; the first (whose 36-token tail chunk overlaps it) and the last
-// keep bitwise the clean run's per-token gradients and dh0 (the per-head ones, dA_log / ddt_bias /
-// dg_gamma, sum over every token and are not compared). Every family, bf16 and float32,
-// K = V = 128, the public entry point.
+// and dO = inf and a NaN gate / β; the first and the last keep bitwise the clean run's per-token
+// gradients and dh0 (the per-head ones, dA_log / ddt_bias / dg_gamma, sum over every token and are
+// not compared). Every family, bf16 and float32, K = V = 128, the public entry point.
 TEST(CudaBackward, SmallNeighbourSequencesIsolated) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA})
     for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
-      const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-      Case c = delta ? Case{} : no_delta_case(fam);
-      c.fam = fam;
-      c.dt = dt;
-      c.K = c.V = 128;
-      c.H = 1;
-      c.HV = 2;
-      c.cu = {0, 100, 164, 300};
-      c.T = 300;
+      Case c = isolation_case(fam, dt);
       c.h0 = true;
       SCOPED_TRACE(c.name());
       const Inputs x = make_inputs(c, /*backward=*/true);
-      Inputs bad = x;
-      const int64_t t0 = c.cu[1], t1 = c.cu[2];
-      auto poison = [&](HostTensor& t, double value) {
-        if (t.numel() == 0) return;
-        const int64_t per = t.numel() / c.T;  // elements a token
-        for (int64_t i = t0 * per; i < t1 * per; ++i) t.set(i, value);
-      };
-      const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-      poison(bad.q, inf);
-      poison(bad.k, inf);
-      poison(bad.v, inf);
-      poison(bad.d_o, inf);
-      poison(bad.g, nan);
-      if (delta) poison(bad.beta, nan);
       Grads a, b;
       Status s = run_cuda(c, x, &a, /*api=*/true);
       ASSERT_TRUE(s.ok()) << s.message;
-      s = run_cuda(c, bad, &b, /*api=*/true);
+      s = run_cuda(c, poison_middle_sequence(c, x), &b, /*api=*/true);
       ASSERT_TRUE(s.ok()) << s.message;
-      for (HostTensor Grads::*m : {&Grads::dq, &Grads::dk, &Grads::dv, &Grads::dg, &Grads::dbeta}) {
-        const HostTensor &ga = a.*m, &gb = b.*m;
-        if (!ga.present() || ga.numel() == 0) continue;
-        const int64_t per = ga.numel() / c.T, esz = static_cast<int64_t>(ga.bytes.size()) / ga.numel();
-        for (int64_t t = 0; t < c.T; ++t) {
-          if (t >= t0 && t < t1) continue;
-          ASSERT_EQ(0, std::memcmp(ga.bytes.data() + t * per * esz, gb.bytes.data() + t * per * esz, per * esz))
-              << "a gradient of token " << t << " changed with the poisoned neighbour";
-          for (int64_t i = t * per; i < (t + 1) * per; ++i) ASSERT_TRUE(std::isfinite(gb.get(i))) << "token " << t;
-        }
-      }
-      const int64_t st = c.HV * c.K * c.V, esz = static_cast<int64_t>(a.dh0.bytes.size()) / a.dh0.numel();
-      for (int64_t n : {0, 2})
-        EXPECT_EQ(0, std::memcmp(a.dh0.bytes.data() + n * st * esz, b.dh0.bytes.data() + n * st * esz, st * esz))
-            << "dh0 of sequence " << n;
+      for (int i : {0, 1, 2, 3, 4}) expect_tokens_unchanged(*a.at(i), *b.at(i), c, kGradNames[i]);  // dq dk dv dg dbeta
+      expect_neighbour_states_unchanged(a.dh0, b.dh0, "dh0 of sequence");
     }
 }
 

@@ -373,54 +373,24 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
   }
 }
 
-// One sequence's inputs never reach another's outputs: a kernel's tile of a sequence's last chunk
-// covers the next sequence's first rows (a TMA box, an unpredicated copy), which must be cleared
-// or masked without arithmetic (0 x inf is NaN). The middle sequence of three gets q, k, v = inf
-// and a NaN gate / β; the first (whose 36-token tail chunk overlaps it) and the last keep bitwise
-// the clean run's o rows and final states. Every family, 16-bit, K = V = 128 (the Hopper paths:
-// simple GLA's one kernel and TMA boxes, the others' chunk_prep and state pass), and float32.
+// One sequence's inputs never reach another's outputs (cuda_test_util.hpp's isolation_case): the
+// middle sequence of three gets q, k, v = inf and a NaN gate / β; the first (whose tail chunk
+// overlaps it) and the last keep bitwise the clean run's o rows and final states. Every family,
+// 16-bit, K = V = 128 (the Hopper paths: simple GLA's one kernel, the others' chunk_prep and state
+// pass), and float32.
 TEST(CudaForward, SmallNeighbourSequencesIsolated) {
   SKIP_WITHOUT_GPU();
   for (Family fam : {Family::kKDA, Family::kGDN, Family::kGLA, Family::kSimpleGLA})
     for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
-      const bool delta = fam == Family::kKDA || fam == Family::kGDN;
-      Case c = delta ? Case{} : no_delta_case(fam);
-      c.fam = fam;
-      c.dt = dt;
-      c.K = c.V = 128;
-      c.H = 1;
-      c.HV = 2;
-      c.cu = {0, 100, 164, 300};
-      c.T = 300;
+      Case c = isolation_case(fam, dt);
       c.final_state = true;
       SCOPED_TRACE(c.name());
       const Inputs x = make_inputs(c, /*backward=*/false);
-      Inputs bad = x;
-      const int64_t t0 = c.cu[1], t1 = c.cu[2];
-      auto poison = [&](HostTensor& t, double value) {
-        if (t.numel() == 0) return;
-        const int64_t per = t.numel() / c.T;  // elements a token
-        for (int64_t i = t0 * per; i < t1 * per; ++i) t.set(i, value);
-      };
-      const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-      poison(bad.q, inf);
-      poison(bad.k, inf);
-      poison(bad.v, inf);
-      poison(bad.g, nan);
-      if (delta) poison(bad.beta, nan);
       FwdResult a, b;
       ASSERT_TRUE(run_cuda(c, x, &a).ok());
-      ASSERT_TRUE(run_cuda(c, bad, &b).ok());
-      const int64_t row = c.HV * c.V, esz = static_cast<int64_t>(dtype_size(c.dt));
-      for (int64_t t = 0; t < c.T; ++t) {
-        if (t >= t0 && t < t1) continue;
-        ASSERT_EQ(0, std::memcmp(a.o.bytes.data() + t * row * esz, b.o.bytes.data() + t * row * esz, row * esz))
-            << "o of token " << t << " changed with the poisoned neighbour";
-        for (int64_t i = t * row; i < (t + 1) * row; ++i) ASSERT_TRUE(std::isfinite(b.o.get(i))) << "token " << t;
-      }
-      const int64_t st = c.HV * c.K * c.V * 4;
-      for (int64_t n : {0, 2})
-        EXPECT_EQ(0, std::memcmp(a.ht.bytes.data() + n * st, b.ht.bytes.data() + n * st, st)) << "final state " << n;
+      ASSERT_TRUE(run_cuda(c, poison_middle_sequence(c, x), &b).ok());
+      expect_tokens_unchanged(a.o, b.o, c, "o");
+      expect_neighbour_states_unchanged(a.ht, b.ht, "final state");
     }
 }
 

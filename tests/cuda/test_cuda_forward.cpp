@@ -339,6 +339,8 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
     DType dt;
     bool has_g, g_gamma, l2norm, h0, v_first;
     int64_t H, HV, V;
+    double scale = 0;  // 0: the default; negative: the producer's Aqk folds |scale| into its exponents
+    Gate gate = Gate::kLogsigmoid;
   };
   const Variant variants[] = {
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128},
@@ -346,6 +348,8 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
       {DType::kBFloat16, false, true, true, true, true, 1, 4, 128},
       {DType::kFloat16, true, true, false, true, false, 2, 4, 256},
       {DType::kFloat16, false, true, false, false, false, 1, 1, 128},
+      {DType::kBFloat16, true, false, true, false, false, 1, 2, 128, -0.3},
+      {DType::kBFloat16, true, true, false, true, false, 1, 2, 128, 0, Gate::kVeryNegative},
   };
   for (const Variant& v : variants) {
     Case c = no_delta_case(Family::kSimpleGLA);
@@ -359,6 +363,8 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
     c.HV = v.HV;
     c.K = 128;
     c.V = v.V;
+    c.scale = v.scale;
+    c.gate = v.gate;
     c.cu = {0, 100, 300, 300, 301, 364, 428, 493, 1197, 2477, 2540};  // 100, 200, 0, 1, 63, 64, 65, 704, 1280, 63
     c.T = 2540;
     c.final_state = true;

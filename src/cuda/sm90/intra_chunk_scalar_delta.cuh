@@ -20,6 +20,16 @@
 #include "cuda/common/tri_inverse.cuh"
 #include "cuda/sm90/recurrence_consumer.cuh"
 
+namespace linattn::cuda::gate {
+// (A/B build: gate.cuh's home for these in the landed form)
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+}  // namespace linattn::cuda::gate
+
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
@@ -44,6 +54,10 @@ struct ScalarGateScratch {
   alignas(16) float rq[kC];
   alignas(16) float nk2[kC];
   alignas(16) float nq2[kC];
+  // Aqk's decay with its row and column factors as one power of two: element (r, c) is
+  // 2^(xr_r - xc_c) Q Kᵀ (r, c), xr = γ log2 e + log2(s r_q), xc = γ log2 e - log2 r_k
+  alignas(16) float xr[kC];
+  alignas(16) float xc[kC];
 };
 template <bool DELTA>
 using ScalarScratchOf = std::conditional_t<DELTA, ScalarDeltaScratch, ScalarGateScratch>;
@@ -318,6 +332,10 @@ struct ScalarDeltaProducer {
       sc.rk[tid] = rk;
       sc.rq[tid] = rq;
       if constexpr (DELTA) sc.wfac[tid] = sc.bet[tid] * rk * __expf(gt);
+      else {
+        sc.xr[tid] = fmaf(gt, gate::kLog2e, log2f(fabsf(pp.scale) * rq));  // (the sign: aqk_epilogue)
+        sc.xc[tid] = fmaf(gt, gate::kLog2e, -log2f(rk));
+      }
       out.rf(tid, tid < Lc ? pp.scale * rq * __expf(gt) : 0.f);
       out.rf(kC + tid, tid < Lc ? rk * __expf(gC - gt) : 0.f);
     }
@@ -326,6 +344,10 @@ struct ScalarDeltaProducer {
     // ---- the decay epilogue: A (float, compact blocks, j < i) and Aqk (16-bit, into the stage).
     // Column block nb (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when
     // nb > 2 warp + 1 (warp-uniform): zeros, no exps.
+    if constexpr (!DELTA) {
+      aqk_epilogue(accQ, out);
+      return;
+    }
     float gi[2], sqf[2], bk[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -366,6 +388,36 @@ struct ScalarDeltaProducer {
       }
     }
     if constexpr (DELTA) wy_tail(in, aqw, X, out);  // (the caller syncs before the scratch is reused)
+  }
+
+  // Without the delta rule: Aqk alone, one subtraction, one ex2 and one product an element (the
+  // row and column factors folded into the exponents xr, xc; warp 3's live blocks, the longest of
+  // the four warps' epilogues, were ~20% of the one-kernel forward's instructions with the factors
+  // as products: docs/fused_forward_design.md, session 55). A negative scale's sign is applied to
+  // the packed pair (xr holds log2 |scale r_q|).
+  template <class Acc, class Sink>
+  __device__ __forceinline__ void aqk_epilogue(const Acc& accQ, Sink& out) {
+    const uint32_t sign = pp.scale < 0.f ? 0x80008000u : 0u;
+    static_assert(sizeof(E) == 2, "the sign bits of a 16-bit pair");
+    float xr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) xr[h] = sc.xr[16 * warp + g + 8 * h];
+#pragma unroll
+    for (int nb = 0; nb < kC / 8; ++nb) {
+      const int c = 8 * nb + 2 * t;
+      const bool live = nb <= 2 * warp + 1;  // warp-uniform
+      const float2 xc = live ? *reinterpret_cast<const float2*>(sc.xc + c) : make_float2(0.f, 0.f);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * nb + 2 * h, r = 16 * warp + g + 8 * h;
+        float d0 = 0.f, d1 = 0.f;
+        if (live) {
+          d0 = c <= r ? gate::ex2_ftz(xr[h] - xc.x) : 0.f;
+          d1 = c + 1 <= r ? gate::ex2_ftz(xr[h] - xc.y) : 0.f;
+        }
+        out.aqk(r, c, pack2<T>(d0 * accQ(i), d1 * accQ(i + 1)) ^ sign);
+      }
+    }
   }
 
   // The delta rule's rest of compute(): Aqk's row pieces, T = (I + A)⁻¹, W and U.

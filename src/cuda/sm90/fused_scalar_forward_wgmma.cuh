@@ -11,13 +11,19 @@
 //
 // Per (sequence, value head, V tile) CTA of three warpgroups:
 //   0, 1: producers of the even / odd chunks (setmaxnreg 144 each; named barriers 1 and 2). Each
-//         stages its next chunk's q, k, raw gate and v tile by cp.async while it computes this
-//         one's operands (intra_chunk_scalar_delta.cuh's producer, delta rule off, through
-//         StageSink), then releases the stage on full[s] (128 arrivals, after a proxy fence: the
-//         consumer's wgmmas read Aqk through the async proxy);
-//   2:    the raw-row recurrence (recurrence_consumer.cuh, unchanged; setmaxnreg 216).
-// Four stages: chunk c is in stage c % 4, so each producer owns two (its chunk and its next one's
-// loads) and the consumer works on chunk c - 1 while chunks c and c + 1 are computed.
+//         waits for its chunk's tiles on loaded[s], computes the chunk's operands
+//         (intra_chunk_scalar_delta.cuh's producer, delta rule off, through StageSink) and
+//         releases the stage on full[s] (128 arrivals, after a proxy fence: the consumer's wgmmas
+//         read Aqk through the async proxy). Its next chunk's raw gate it prefetches into registers;
+//   2:    the raw-row recurrence (recurrence_consumer.cuh, unchanged; setmaxnreg 216). Done with
+//         chunk c, it issues chunk c + 4's q, k rows and v tile into the stage it frees (cp.async,
+//         their completion arriving on loaded[s]: 128 arrivals, one a thread, .noinc).
+// Four stages: chunk c is in stage c % 4. Why the consumer loads: when each producer waited for its
+// next stage to be free before computing its current chunk, the consumer's release of chunk c - 2
+// gated the producer's work on chunk c, and a chunk cost about (load issue + produce + consume) / 2
+// (session 54's diagnostic variants: 2.2 µs against ~1.6 for either role alone). The consumer
+// frees a stage and fills it again at once, so nothing waits on a free stage; the producers wait
+// only for data issued four chunks ahead.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -67,49 +73,32 @@ template <class E, int STAGES>
 struct alignas(1024) FusedScalarSmem {
   RecurrenceStage<E, false> st[STAGES];
   ScalarGateScratch sc[2];            // each producer's γ, row norms and factors
-  alignas(8) uint64_t full[STAGES];   // 128 producer arrivals: the stage's copies and operands are in
-  alignas(8) uint64_t empty[STAGES];  // 128 consumer arrivals: its wgmmas are done with the stage
+  alignas(8) uint64_t full[STAGES];   // 128 producer arrivals: the stage's operands are in
+  alignas(8) uint64_t loaded[STAGES];  // 128 consumer cp.async arrivals: the stage's q, k and v tiles landed
 };
 
-// Producer P of chunks P, P + 2, ...: stage ci + 2 (its next) while computing chunk ci.
+// Producer P of chunks P, P + 2, ...
 template <class T, int STAGES, int P, class Smem>
 __device__ __forceinline__ void fused_scalar_producer(const FusedScalarParams& fp, Smem& sm, const ChainTile& ct) {
   static_assert(STAGES % 2 == 0, "a stage's chunks all belong to one producer");
   using Producer = ScalarDeltaProducer<T, /*DELTA=*/false, /*BAR=*/1 + P>;
   using E = typename Producer::E;
   using Bar = cutlass::arch::ClusterBarrier;
-  const PrepParams& pp = fp.prep;
   const SeqInfo si = ct.si;
-  const int nch = ct.nch, tid = ct.tid;
-  Producer prod(pp, sm.sc[P], tid, ct.hv, ct.v0);
-  const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
-  const T* vrows = static_cast<const T*>(pp.v) + static_cast<int64_t>(ct.hv) * pp.V + ct.v0;
-  // chunk c's q, k rows and raw gate (prod.load: one commit group), its v tile (another)
-  auto issue = [&](int c) {
-    auto& st = sm.st[c % STAGES];
-    const int t0 = si.t0 + c * kC, Lc = min(kC, si.len - c * kC);
-    prod.load(typename Producer::Tiles{st.q, st.k, nullptr}, t0, Lc);
-    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u), vrows + static_cast<int64_t>(t0) * vs, vs, tid, Lc);
-    cp_commit();
-  };
-  if (P < nch) issue(P);  // (stage P < STAGES: never used before)
+  const int nch = ct.nch;
+  Producer prod(fp.prep, sm.sc[P], ct.tid, ct.hv, ct.v0);
+  if (P < nch) prod.load_gate(si.t0 + P * kC, min(kC, si.len - P * kC));
   const float braw[2] = {0.f, 0.f};  // (no β without the delta rule)
   for (int ci = P; ci < nch; ci += 2) {
-    const float graw[2] = {prod.graw[0], prod.graw[1]};  // chunk ci's, before issue(ci + 2) loads the next
-    // The thread's coordinates made opaque each chunk: otherwise their ~30 derived shared-memory
-    // offsets (Aqk's swizzled stores, the copies') are hoisted out of the loop and spilled at 128
-    // registers; recomputed, they cost a few dozen integer instructions a chunk.
+    const float graw[2] = {prod.graw[0], prod.graw[1]};  // chunk ci's, before the next one's load
+    // The thread's coordinates made opaque each chunk: otherwise their derived shared-memory
+    // offsets (Aqk's swizzled stores) are hoisted out of the loop and spilled at 144 registers.
     asm volatile("" : "+r"(prod.tid), "+r"(prod.warp), "+r"(prod.lane), "+r"(prod.g), "+r"(prod.t));
     const int cn = ci + 2;
-    if (cn < nch) {
-      if (cn >= STAGES) Bar::wait(&sm.empty[cn % STAGES], ((cn / STAGES) - 1) & 1);
-      issue(cn);
-      cp_wait<2>();  // chunk ci's two groups landed (this thread's copies)
-    } else {
-      cp_wait<0>();
-    }
-    cutlass::arch::fence_view_async_shared();  // the cp.async data -> the Q Kᵀ wgmmas
-    warpgroup_sync<1 + P>();  // every producer thread's copies of chunk ci; the last chunk's scratch reads done
+    if (cn < nch) prod.load_gate(si.t0 + cn * kC, min(kC, si.len - cn * kC));
+    Bar::wait(&sm.loaded[ci % STAGES], (ci / STAGES) & 1);
+    cutlass::arch::fence_view_async_shared();  // the consumer's cp.async data -> the Q Kᵀ wgmmas
+    warpgroup_sync<1 + P>();                   // the last chunk's scratch reads done
     auto& st = sm.st[ci % STAGES];
     StageSink<E> sink{st.a, st.rf, st.ge};
     prod.compute(typename Producer::Tiles{st.q, st.k, nullptr}, min(kC, si.len - ci * kC), graw, braw, nullptr, sink);
@@ -129,7 +118,7 @@ __global__ void __launch_bounds__(3 * kThreads, 1) fused_scalar_forward_kernel(c
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const StateParams& p = fp.state;
   const ChainTile ct = ChainTile::get(p.seqs);  // the sequence map: entry n is sequence n
-  init_ring_barriers(sm.full, sm.empty);         // the block's last __syncthreads
+  init_ring_barriers(sm.full, sm.loaded);        // the block's last __syncthreads
   // each role's code under its own register count (ptxas allocates per branch)
   if (ct.wg < 2) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegs>();
@@ -139,16 +128,31 @@ __global__ void __launch_bounds__(3 * kThreads, 1) fused_scalar_forward_kernel(c
   }
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegs>();
   const SeqInfo si = ct.si;
-  const int nch = ct.nch, hv = ct.hv, v0 = ct.v0;
-  Consumer cons;
-  cons.init(p, si.seq, hv, v0, ct.tid);
+  const int nch = ct.nch, hv = ct.hv, v0 = ct.v0, tid = ct.tid;
+  const PrepParams& pp = fp.prep;
   const int64_t ostride = static_cast<int64_t>(p.HV) * p.V;
+  // chunk c's q, k rows and v tile into stage c % STAGES; their landing arrives on loaded[]
+  const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
+  const T* vrows = static_cast<const T*>(pp.v) + static_cast<int64_t>(hv) * pp.V + v0;
+  auto issue = [&](int c) {
+    auto& st = sm.st[c % STAGES];
+    const int t0 = si.t0 + c * kC, Lc = min(kC, si.len - c * kC);
+    ScalarDeltaProducer<T, false>::copy_qk(pp, hv / pp.G, st.q, st.k, t0, Lc, tid);
+    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u), vrows + static_cast<int64_t>(t0) * vs, vs, tid, Lc);
+    cutlass::arch::cpasync_barrier_arrive_noinc(&sm.loaded[c % STAGES]);
+  };
+  for (int c = 0; c < min(STAGES, nch); ++c) issue(c);
+  Consumer cons;
+  cons.init(p, si.seq, hv, v0, tid);
   T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);
     cutlass::arch::fence_view_async_shared();  // (as the two-kernel pass: the cp.async tiles -> this thread's wgmmas)
     cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride, min(kC, si.len - ci * kC));
-    Bar::arrive(&sm.empty[ci % STAGES]);
+    if (ci + STAGES < nch) {
+      warpgroup_sync<3>();  // every consumer thread is done reading the stage
+      issue(ci + STAGES);
+    }
   }
   cons.store(p, si.seq, hv, v0);
 #endif

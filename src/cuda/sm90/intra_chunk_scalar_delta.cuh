@@ -188,13 +188,20 @@ struct ScalarDeltaProducer {
     dtb = pp.gate_kind != 0 && pp.has_dtb ? load_any(pp.dt_bias, pp.dtb_dt, hv) : 0.f;
   }
 
+  // cp.async of chunk (t0, Lc)'s q and k rows (key head hk) into the q (tok, ch) and k (ch, tok)
+  // tiles, by thread tid of a warpgroup; rows past Lc zero-filled. (The one-kernel forward's
+  // consumer issues these for its producers: fused_scalar_forward_wgmma.cuh.)
+  __device__ __forceinline__ static void copy_qk(const PrepParams& pp, int hk, E* q, E* k, int t0, int Lc, int tid) {
+    const int64_t rs = static_cast<int64_t>(pp.H) * kK;
+    const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
+    copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
+    copy_mnmajor<T>(reinterpret_cast<T*>(k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
+  }
+
   // cp.async of chunk (t0, Lc)'s q, k rows and v tile into `in` (one commit group), and the raw
   // gate and β into registers (their latency hides behind other work).
   __device__ __forceinline__ void load(const Tiles& in, int t0, int Lc) {
-    const int64_t rs = static_cast<int64_t>(pp.H) * kK;
-    const int64_t r0 = static_cast<int64_t>(t0) * rs + static_cast<int64_t>(hk) * kK;
-    copy_kmajor<T, kC, kK, true>(reinterpret_cast<T*>(in.q), static_cast<const T*>(pp.q) + r0, rs, tid, Lc);
-    copy_mnmajor<T>(reinterpret_cast<T*>(in.k), static_cast<const T*>(pp.k) + r0, rs, tid, Lc);
+    copy_qk(pp, hk, in.q, in.k, t0, Lc, tid);
     if constexpr (DELTA) {
       const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
       copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(in.v),
@@ -203,6 +210,10 @@ struct ScalarDeltaProducer {
                                     vs, tid, Lc);
     }
     cp_commit();
+    load_gate(t0, Lc);
+  }
+  // The raw gate (warp 0) and β (warp 1) of chunk (t0, Lc) into registers, tokens 2 lane, 2 lane + 1.
+  __device__ __forceinline__ void load_gate(int t0, int Lc) {
     if (warp < (DELTA ? 2 : 1)) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {

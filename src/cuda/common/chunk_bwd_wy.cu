@@ -321,11 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1) dh_kernel(const DhParams p) {
 // rows and dS⁺ staged by cp.async (kStageH). docs/backward_v2_plan.md, session 27, has the numbers.
 //
 // exp(x) as one MUFU.EX2 with denormals flushed (x <= 0 here: decays; a flushed result is 0).
-__device__ __forceinline__ float exp_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
-  return y;
-}
+__device__ __forceinline__ float exp_ftz(float x) { return gate::ex2_ftz(x * gate::kLog2e); }
 
 // Element e of the 16-byte vector x of a row of T (e a compile-time constant once unrolled): 8
 // elements for the 16-bit types, 4 for float.

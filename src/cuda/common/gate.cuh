@@ -61,6 +61,14 @@ __device__ __forceinline__ float rcp_approx(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
+// 2^x by MUFU.EX2, denormal results flushed to 0 (the decays' exponents: a flushed decay is a full
+// forget). exp(x) = ex2_ftz(x kLog2e).
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // Fast softplus / sigmoid for 16-bit inputs (absolute error ~1e-6, far below the operands' rounding).
 __device__ __forceinline__ float sigmoid_fast(float x) { return rcp_approx(1.f + __expf(-x)); }
 __device__ __forceinline__ float softplus_fast(float x) {

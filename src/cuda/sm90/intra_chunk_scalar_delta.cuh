@@ -20,16 +20,6 @@
 #include "cuda/common/tri_inverse.cuh"
 #include "cuda/sm90/recurrence_consumer.cuh"
 
-namespace linattn::cuda::gate {
-// (A/B build: gate.cuh's home for these in the landed form)
-constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-}  // namespace linattn::cuda::gate
-
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
@@ -352,23 +342,25 @@ struct ScalarDeltaProducer {
     }
     warpgroup_sync<BAR>();
 
-    // ---- the decay epilogue: A (float, compact blocks, j < i) and Aqk (16-bit, into the stage).
-    // Column block nb (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when
-    // nb > 2 warp + 1 (warp-uniform): zeros, no exps.
-    if constexpr (!DELTA) {
-      aqk_epilogue(accQ, out);
-      return;
-    }
+    // ---- the decay epilogue: Aqk (16-bit, into the sink) and, with the delta rule, A
+    if constexpr (DELTA) delta_epilogue(in, accQ, accK, X, out);  // (the caller syncs before the scratch is reused)
+    else aqk_epilogue(accQ, out);
+  }
+
+  // With the delta rule: A (float, compact blocks, j < i) and Aqk, then wy_tail. Column block nb
+  // (8 tokens) of this warp's rows 16 warp .. + 15 lies above the diagonal when nb > 2 warp + 1
+  // (warp-uniform): zeros, no exps.
+  template <class Acc, class Sink>
+  __device__ __forceinline__ void delta_epilogue(const Tiles& in, const Acc& accQ, const Acc& accK, float* X, Sink& out) {
     float gi[2], sqf[2], bk[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 16 * warp + g + 8 * h;
       gi[h] = sc.gam[r];
       sqf[h] = pp.scale * sc.rq[r];
-      if constexpr (DELTA) bk[h] = sc.bet[r] * sc.rk[r];
-      else bk[h] = 0.f;
+      bk[h] = sc.bet[r] * sc.rk[r];
     }
-    uint32_t aqw[DELTA ? kC / 4 : 1];  // [delta rule] Aqk's packed pairs, stored as row pieces below
+    uint32_t aqw[kC / 4];  // Aqk's packed pairs, stored as row pieces by wy_tail
 #pragma unroll
     for (int nb = 0; nb < kC / 8; ++nb) {
       const int c = 8 * nb + 2 * t;
@@ -386,19 +378,15 @@ struct ScalarDeltaProducer {
           d0 = c <= r ? __expf(gi[h] - gc.x) * kc.x : 0.f;
           d1 = c + 1 <= r ? __expf(gi[h] - gc.y) * kc.y : 0.f;
         }
-        const uint32_t aq = pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
-        if constexpr (DELTA) aqw[i / 2] = aq;
-        else out.aqk(r, c, aq);
-        if constexpr (DELTA) {
-          if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
-            const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
-            const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
-            *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
-          }
+        aqw[i / 2] = pack2<T>(sqf[h] * d0 * accQ(i), sqf[h] * d1 * accQ(i + 1));
+        if (nb / 2 <= warp) {  // block (warp, nb / 2) of the lower triangle
+          const float a0 = c < r ? bk[h] * d0 * accK(i) : 0.f;
+          const float a1 = c + 1 < r ? bk[h] * d1 * accK(i + 1) : 0.f;
+          *reinterpret_cast<float2*>(sc.Ab + tri_block(warp, nb / 2) + (r & 15) * kTriLd + (c & 15)) = make_float2(a0, a1);
         }
       }
     }
-    if constexpr (DELTA) wy_tail(in, aqw, X, out);  // (the caller syncs before the scratch is reused)
+    wy_tail(in, aqw, X, out);
   }
 
   // Without the delta rule: Aqk alone, one subtraction, one ex2 and one product an element (the

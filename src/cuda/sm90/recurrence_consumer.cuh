@@ -243,19 +243,43 @@ struct RecurrenceConsumer {
     }
     // V_newᵀ (V column, token) = Uᵀ - (S Wᵀ)ᵀ, in the accumulators' order; its 16-bit form for
     // O and (times the row factor in raw-row mode) for the state update
-    // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and
-    // compile-time steps: (c >> 3) ^ (tok & 7) = 2 (warp ^ t) + (((i >> 1) ^ i) & 1)
-    const int uoff = 128 * t + ((warp ^ t) << 4) + g;
+    if constexpr (!DELTA && !SPLIT) {
+      // Without the delta rule V_new = V: Va's pairs straight from the tile by ldmatrix.trans (an
+      // 8 x 8 block of token rows, transposed, is a lane's (column g, tokens 2t, 2t + 1) pair in
+      // the accumulators' order), four x4 loads in place of 32 16-bit ones and their conversions.
+      // Matrix m of load j: token block 2 j + (m >> 1), columns 16 warp + 8 (m & 1), i.e. the
+      // elements i = 8 j + 2 m, 8 j + 2 m + 1.
+      const int l = tid & 31, tok = 8 * (l >> 4) + (l & 7), vc = 16 * warp + 8 * ((l >> 3) & 1);
 #pragma unroll
-    for (int i = 0; i < size(P); ++i) {
-      const int tok = col_of(i);
-      const int ui = uoff + (i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1);
-      float vn = zero_u ? 0.f : to_f(Us[ui]);
-      if constexpr (DELTA) vn -= P(i);
-      if constexpr (SPLIT) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
-      Va(i) = E(vn);
-      if constexpr (SPLIT) Vl(i) = E(vn - static_cast<float>(Va(i)));
-      if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
+      for (int j = 0; j < kC / 16; ++j) {
+        uint32_t x[4];
+        ldsm_x4_t(x, st.u + kmajor_off<kC>(16 * j + tok, vc));
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const uint32_t y = zero_u ? 0u : x[m];
+          Va(8 * j + 2 * m) = E::bitcast(static_cast<uint16_t>(y & 0xffffu));
+          Va(8 * j + 2 * m + 1) = E::bitcast(static_cast<uint16_t>(y >> 16));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < size(P); ++i) {
+        if constexpr (RAW) Vk(i) = E(static_cast<float>(Va(i)) * st.rf[kC + col_of(i)]);
+      }
+    } else {
+      // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and
+      // compile-time steps: (c >> 3) ^ (tok & 7) = 2 (warp ^ t) + (((i >> 1) ^ i) & 1)
+      const int uoff = 128 * t + ((warp ^ t) << 4) + g;
+#pragma unroll
+      for (int i = 0; i < size(P); ++i) {
+        const int tok = col_of(i);
+        const int ui = uoff + (i >> 2) * 512 + 64 * (i & 1) + 8 * (((i >> 1) ^ i) & 1);
+        float vn = zero_u ? 0.f : to_f(Us[ui]);
+        if constexpr (DELTA) vn -= P(i);
+        if constexpr (SPLIT) vn += to_f(reinterpret_cast<const T*>(st.ulo)[ui]);
+        Va(i) = E(vn);
+        if constexpr (SPLIT) Vl(i) = E(vn - static_cast<float>(Va(i)));
+        if constexpr (RAW) Vk(i) = E(vn * st.rf[kC + tok]);
+      }
     }
     if constexpr (kRe) {
       // V_new always with the delta rule: a runtime test there made ptxas serialize the wgmmas

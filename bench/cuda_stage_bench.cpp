@@ -2,7 +2,7 @@
 // (profilers, the per-stage split of the backward). The side-by-side suite against FLA is
 // bench/run_benchmarks.py; this binary times linattn alone, from C++, with no Python in the way.
 //
-//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla] [--stages]
+//   linattn_cuda_stage_bench forward  [--B 2] [--T 8192] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla,simple_gla_gamma] [--stages]
 //       bf16, K = V = 128: KDA H = HV = 32 (in-kernel gate with FLA's initialisation; "steep":
 //       A_log ~ U(0, 2.7), dt_bias ~ N(0, 1); safe_gate with L = -5) and GDN H = 16, HV = 32.
 //       CUDA events, 5 warm-ups, the median of 40 calls, 4 input sets rotated to defeat L2.
@@ -110,7 +110,9 @@ void fill_dev(void* p, DType dt, int64_t n, int mode, int slot) {
 // KDA gate parameters: realistic = the FLA / Kimi Linear layer initialisation (A = exp(A_log) ~ U(1, 16),
 // dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1)); steep = A_log ~ U(0, 2.7), dt_bias ~ N(0, 1)
 // (per-token gates down to about -15: most 16-token diagonal blocks take the exact per-element path).
-int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool safe, bool steep, bool stages) {
+// gamma_only (simple GLA): g_gamma without g, as the Python bench's simple_gla_gamma row.
+int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool safe, bool steep, bool stages,
+                bool gamma_only = false) {
   const int64_t K = 128, V = 128;
   const int rot = 4;
   const DType bf = DType::kBFloat16;
@@ -162,7 +164,7 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
     in.q = dev_view(q, bf, {B, T, H, K});
     in.k = dev_view(k, bf, {B, T, H, K});
     in.v = dev_view(v, bf, {B, T, HV, V});
-    in.g = vec ? dev_view(g, DType::kFloat32, {B, T, HV, K}) : dev_view(g, DType::kFloat32, {B, T, HV});
+    if (!gamma_only) in.g = vec ? dev_view(g, DType::kFloat32, {B, T, HV, K}) : dev_view(g, DType::kFloat32, {B, T, HV});
     if (delta) in.beta = dev_view(beta, bf, {B, T, HV});
     if (fam == Family::kSimpleGLA) in.g_gamma = dev_view(g_gamma, DType::kFloat32, {HV});
     if (kda) {
@@ -213,7 +215,7 @@ int forward_one(Family fam, int64_t B, int64_t T, int64_t H, int64_t HV, bool sa
     ts.push_back(ms);
   }
   const char* name = kda ? (safe ? "kda_safe_gate" : (steep ? "kda_steep" : "kda"))
-                         : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : "simple_gla"));
+                         : (fam == Family::kGDN ? "gdn" : (vec ? "gla" : (gamma_only ? "simple_gla_gamma" : "simple_gla")));
   const cudaError_t err = cudaGetLastError();
   std::sort(ts.begin(), ts.end());
   std::printf("linattn %-14s B=%lld T=%lld H=%lld HV=%lld %.3f ms  (min %.3f)  workspace %.0f MiB\n", name,
@@ -254,6 +256,8 @@ int run_forward(const Args& a) {
   // GLA / simple GLA (g and g_gamma) at H = HV: only when named in --only
   if (!only.empty() && selected(only, "gla")) rc |= forward_one(Family::kGLA, B, T, H, H, false, false, st);
   if (!only.empty() && selected(only, "simple_gla")) rc |= forward_one(Family::kSimpleGLA, B, T, H, H, false, false, st);
+  if (!only.empty() && selected(only, "simple_gla_gamma"))
+    rc |= forward_one(Family::kSimpleGLA, B, T, H, H, false, false, st, /*gamma_only=*/true);
   return rc;
 }
 
@@ -428,7 +432,7 @@ int run_backward(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla] [--stages]\n"
+               "usage: linattn_cuda_stage_bench forward [--B n] [--T n] [--H n] [--only kda,kda_steep,kda_safe_gate,gdn,gla,simple_gla,simple_gla_gamma] [--stages]\n"
                "       linattn_cuda_stage_bench backward [--family kda|gdn|gla|simple_gla] [--dtype bf16|fp16|fp32]\n"
                "           [--gate softplus|softplus_fla|logsigmoid] [--only auto|split|fast16|float32|token] [--stages]\n"
                "           [--B n] [--T n] [--H n] [--HV n] [--K n] [--V n]\n");

@@ -15,7 +15,7 @@
 //         (intra_chunk_scalar_delta.cuh's producer, delta rule off, through StageSink) and
 //         releases the stage on full[s] (128 arrivals, after a proxy fence: the consumer's wgmmas
 //         read Aqk through the async proxy). Its next chunk's raw gate it prefetches into registers;
-//   2:    the raw-row recurrence (recurrence_consumer.cuh, unchanged; setmaxnreg 216). Done with
+//   2:    the raw-row recurrence (recurrence_consumer.cuh, as the two-kernel pass; setmaxnreg 216). Done with
 //         chunk c, it issues chunk c + 4's q, k rows and v tile into the stage it frees (cp.async,
 //         their completion arriving on loaded[s]: 128 arrivals, one a thread, .noinc).
 // Four stages: chunk c is in stage c % 4. Why the consumer loads: when each producer waited for its

@@ -261,9 +261,9 @@ struct RecurrenceConsumer {
           Va(8 * j + 2 * m + 1) = E::bitcast(static_cast<uint16_t>(y >> 16));
         }
       }
+      if constexpr (RAW) {
 #pragma unroll
-      for (int i = 0; i < size(P); ++i) {
-        if constexpr (RAW) Vk(i) = E(static_cast<float>(Va(i)) * st.rf[kC + col_of(i)]);
+        for (int i = 0; i < size(P); ++i) Vk(i) = E(static_cast<float>(Va(i)) * st.rf[kC + col_of(i)]);
       }
     } else {
       // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and

@@ -330,8 +330,9 @@ TEST(CudaForward, SmallStagesMarked) {
 // both 16-bit types; g alone, g_gamma alone, both; GVA; V 64, 128 and 256 (its V tiles); the l2
 // norm (K Kᵀ in the producers' second batch); state V-first; sequences of 0, 1, 63, 64, 65 tokens
 // and of 11 and 20 chunks (every stage's barriers through several phases, both producers ending
-// on either parity). Then: the stage names (no prep on Hopper), the same bits with the timer and
-// again (deterministic). Small, for the sanitizers.
+// on either parity); a second layout of 4 and 5 chunks and a last sequence of one whole chunk
+// (its output tile ends at the token axis's end). Then: the stage names (no prep on Hopper), the
+// same bits with the timer and again (deterministic). Small, for the sanitizers.
 TEST(CudaForward, SmallSimpleGlaOneKernel) {
   SKIP_WITHOUT_GPU();
   const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
@@ -341,7 +342,12 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
     int64_t H, HV, V;
     double scale = 0;  // 0: the default; negative: the producer's Aqk folds |scale| into its exponents
     Gate gate = Gate::kLogsigmoid;
+    // sequence boundaries; empty: the layout below
+    std::vector<int64_t> cu = {};
   };
+  // the second layout: 4 and 5 chunks (the first stage refills: chunk 4 arrives while chunk 1 runs)
+  // and a whole chunk that ends the token axis (an output tile stored up to the tensor's last row)
+  const std::vector<int64_t> whole_chunks = {0, 256, 576, 640};
   const Variant variants[] = {
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128},
       {DType::kBFloat16, true, false, false, false, false, 2, 2, 64},
@@ -350,6 +356,8 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
       {DType::kFloat16, false, true, false, false, false, 1, 1, 128},
       {DType::kBFloat16, true, false, true, false, false, 1, 2, 128, -0.3},
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128, 0, Gate::kVeryNegative},
+      {DType::kBFloat16, true, true, false, true, false, 1, 2, 128, 0, Gate::kLogsigmoid, whole_chunks},
+      {DType::kFloat16, false, true, false, false, true, 2, 2, 256, 0, Gate::kLogsigmoid, whole_chunks},
   };
   for (const Variant& v : variants) {
     Case c = no_delta_case(Family::kSimpleGLA);
@@ -366,13 +374,17 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
     c.scale = v.scale;
     c.gate = v.gate;
     c.cu = {0, 100, 300, 300, 301, 364, 428, 493, 1197, 2477, 2540};  // 100, 200, 0, 1, 63, 64, 65, 704, 1280, 63
-    c.T = 2540;
+    if (!v.cu.empty()) c.cu = v.cu;
+    c.T = c.cu.back();
     c.final_state = true;
     SCOPED_TRACE(c.name());
     check_case(c);
     const std::string names = marked_stage_names(c);
-    const bool split = hopper && cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV),
-                                                                false, 10, 20, cuda::config::sm_count(0)) > 0;
+    int64_t longest = 0;  // chunks
+    for (size_t n = 0; n + 1 < c.cu.size(); ++n) longest = std::max(longest, (c.cu[n + 1] - c.cu[n] + 63) / 64);
+    const bool split = hopper && cuda::config::seq_split_chunks(1, 128, static_cast<int>(c.V), static_cast<int>(c.HV), false,
+                                                                static_cast<int64_t>(c.cu.size()) - 1, longest,
+                                                                cuda::config::sm_count(0)) > 0;
     ASSERT_FALSE(split) << "the case meant for the one-kernel forward takes the split";
     EXPECT_EQ(names, hopper ? "maps,state" : "maps,prep,state");
     expect_repeatable(c);

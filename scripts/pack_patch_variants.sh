@@ -31,6 +31,7 @@ head=$(git -C "$root" rev-parse HEAD)
 if [ -d "$wt/.git" ] || [ -f "$wt/.git" ]; then
   git -C "$wt" checkout -q --detach "$head" && git -C "$wt" reset -q --hard && git -C "$wt" clean -qfd -e build
 else
+  git -C "$root" worktree prune  # (a worktree left registered by an earlier session whose /tmp is gone)
   git -C "$root" worktree add -q --detach "$wt" "$head"
 fi
 if [ ! -f "$wt/build/build.ninja" ]; then

@@ -7,8 +7,9 @@
 #   SUITE=1 bash scripts/gpu_patch_variants.sh               # the whole suite instead (no bench)
 #
 # Environment (defaults in brackets):
-#   TESTS     gtest filter of the focused tests [the one-kernel simple GLA forward's and the isolation test]
-#   SAN       gtest filter for memcheck, racecheck and synccheck [the same]
+#   TESTS     gtest filter of the focused tests [the one-kernel simple GLA forward's, the isolation
+#             test, the stage names, the no-delta forwards and GDN's (patch 3 touches its prep)]
+#   SAN       gtest filter for memcheck, racecheck and synccheck [the one-kernel forward's test and the isolation test]
 #   ROUNDS    rounds of the stage bench over every variant [3]
 #   BENCH     the stage bench's arguments [forward --only simple_gla,simple_gla_gamma]
 #   BENCH2    arguments run once on the first and the last variant only [forward --only gdn,gla]; empty: none
@@ -34,7 +35,7 @@ if [ "${SUITE:-0}" = 1 ]; then
   grep -E "^\[  (PASSED|FAILED)|^\[  FAILED" "$OUT/suite.log" | head -30
   exit 0
 fi
-focus=${TESTS:-CudaForward.SmallSimpleGlaOneKernel:CudaForward.SmallNeighbourSequencesIsolated:CudaForward.SimpleGlaSmallOptions}
+focus=${TESTS:-CudaForward.SmallSimpleGlaOneKernel:CudaForward.SmallNeighbourSequencesIsolated:CudaForward.SimpleGlaSmallOptions:CudaForward.SmallStagesMarked:CudaForward.NoDeltaSmallOddLengthsAndVarlen:CudaForward.GdnSmallOptions}
 timeout 150 "$tests" --gtest_filter="$focus" > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(grep -cE '^\[       OK' "$OUT/tests.log") ok, $(grep -cE '^\[  FAILED' "$OUT/tests.log") failed lines"
 grep -E "Failure|FAILED|rror" "$OUT/tests.log" | head -20

@@ -29,7 +29,10 @@ for p in "$@"; do patches+=("$(cd "$(dirname "$p")" && pwd)/$(basename "$p")"); 
 
 head=$(git -C "$root" rev-parse HEAD)
 if [ -d "$wt/.git" ] || [ -f "$wt/.git" ]; then
-  git -C "$wt" checkout -q --detach "$head" && git -C "$wt" reset -q --hard && git -C "$wt" clean -qfd -e build
+  # (separate commands: set -e ignores a failure inside an && list; -f: a patched tree left behind)
+  git -C "$wt" checkout -q -f --detach "$head"
+  git -C "$wt" reset -q --hard
+  git -C "$wt" clean -qfd -e build
 else
   git -C "$root" worktree prune  # (a worktree left registered by an earlier session whose /tmp is gone)
   git -C "$root" worktree add -q --detach "$wt" "$head"

@@ -43,7 +43,8 @@ fi
 case " $* " in *" --no-ours "*) no_ours=1 ;; *) no_ours=0 ;; esac
 [ $no_ours = 1 ] || python3 -c "import linattn" 2>/dev/null ||
   python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
-    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
+    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.LINATTN_CUDA_ARCHS=90a \
+    -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
     >"$out/pip.log" 2>&1 || { tail -20 "$out/pip.log"; exit 1; }
 sel=()
 [ "$ops" = all ] || sel+=(--ops "$ops")

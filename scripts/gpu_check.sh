@@ -30,7 +30,8 @@ step "build (the Python package beside it)"
 bash scripts/gpu_setup.sh --deps-only >/dev/null 2>&1
 # the Python package builds in its own folder on the other cores while the tests below run
 ( python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python \
-    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
+    -Ccmake.define.LINATTN_ENABLE_CUDA=ON -Ccmake.define.LINATTN_CUDA_ARCHS=90a \
+    -Ccmake.define.CUTLASS_INCLUDE_DIR=/tmp/linattn-deps/include . \
     >"$out/pip.log" 2>&1; echo $? >"$out/pip.rc" ) &
 pip_pid=$!
 bash scripts/gpu_setup.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; wait $pip_pid; exit 1; }

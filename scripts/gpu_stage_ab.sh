@@ -70,7 +70,7 @@ case "${1:-}" in
     mkdir -p "$old"
     tar -c --exclude='./build*' --exclude=./.device . | tar -x -C "$old"
     (cd "$ab" && find src -type f) | while IFS= read -r f; do cp "$ab/$f" "$old/$f"; done
-    cmake -S "$old" -B "$old/build" -G Ninja -DLINATTN_ENABLE_CUDA=ON -DCUTLASS_INCLUDE_DIR="$dep/include" \
+    cmake -S "$old" -B "$old/build" -G Ninja -DLINATTN_ENABLE_CUDA=ON -DLINATTN_CUDA_ARCHS=90a -DCUTLASS_INCLUDE_DIR="$dep/include" \
           -DCMAKE_PREFIX_PATH="$dep/gtest-install" >/dev/null
     cmake --build "$old/build" -j "${OLD_JOBS:-6}" --target "${targets[@]}" >"$old/build.log" 2>&1 ||
       { tail -30 "$old/build.log" >&2; exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test that this machine can run: the C++ suites (ctest:
 # GoogleTest, CPU backend, float64 reference, validation; the GPU suite skips itself without a
-# GPU), the CUDA library compiled once more for sm_80 (the portable path; compile only), and the
+# GPU; the CUDA backend, where nvcc is found, for the default sm_80 + sm_90a: compile only here), and the
 # Python package's tests (pytest, after pip install .; then FLA's own operator tests
 # against linattn, tests/fla_compat), then the fuzz target over the C
 # ABI (scripts/fuzz.sh: clang, ASan + UBSan, the committed corpus replayed, then
@@ -19,15 +19,6 @@ cmake --build build -j "$jobs"
 echo "== C++ build done after $(( $(date +%s) - start )) s"
 ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== ctest done after $(( $(date +%s) - start )) s"
-# The portable (mma.sync) path must keep compiling for cards other than Hopper: the library alone
-# for sm_80 (compile only; no GPU here), where the CUDA backend is built at all.
-if grep -q "^CMAKE_CUDA_COMPILER:.*nvcc" build/CMakeCache.txt; then
-  cmake -S . -B build-sm80 -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINATTN_ENABLE_CUDA=ON -DLINATTN_CUDA_ARCHS=80 \
-    -DLINATTN_BUILD_TOOLS=OFF >/dev/null
-  cmake --build build-sm80 -j "$jobs" --target linattn
-  echo "== sm_80 library build done after $(( $(date +%s) - start )) s"
-fi
-
 if [ -f pyproject.toml ]; then
   python3 -m pip install -q --disable-pip-version-check --no-build-isolation -Cbuild-dir=build/python .
   echo "== pip install done after $(( $(date +%s) - start )) s"

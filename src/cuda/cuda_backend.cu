@@ -196,9 +196,21 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     h_dt = sl.front.h_dt;
   }
 
+  // Simple GLA on Hopper, the plain forward over whole sequences: one kernel, the chunk-local
+  // work in the state pass's producers (sm90/fused_scalar_forward_wgmma.cuh), no chunk_prep
+  const kern::PrepParams pp_in = prep_params(p, in);
+  // (its pass: o, the final states, no h, map_o, split or U)
+  const bool one_kernel = p.N > 0 && rows && !keep && !state_map && h == nullptr &&
+                          lay.seg_chunks == 0 && config::reads_v_rows(p) &&
+                          kern::fused_scalar_forward_applies(dt, p.vector_gate, pp_in);
+
   // chunk and sequence maps from the validated host offsets, passed as kernel parameters (no
   // stream sync, graph-capturable; the device cu_seqlens is not read: chunk_map.hpp)
-  {
+  // The one-kernel forward of at most kSeqBatchSmall sequences takes its sequence map by value
+  // and needs no chunk map: no map kernel runs before it.
+  kern::InlineSeqMap inline_seqs{};
+  if (one_kernel) kern::fill_inline_seq_map(p.cu.data(), p.N, inline_seqs);
+  if (inline_seqs.count == 0) {
     kern::MapParams mp{};
     mp.cu = p.cu.data();
     mp.N = static_cast<int>(p.N);
@@ -213,14 +225,6 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     e = kern::launch_chunk_maps(mp, st);
     if (e != cudaSuccess) return cuda_error("chunk map launch", e);
   }
-
-  // Simple GLA on Hopper, the plain forward over whole sequences: one kernel, the chunk-local
-  // work in the state pass's producers (sm90/fused_scalar_forward_wgmma.cuh), no chunk_prep
-  const kern::PrepParams pp_in = prep_params(p, in);
-  // (its pass: o, the final states, no h, map_o, split or U)
-  const bool one_kernel = p.N > 0 && rows && !keep && !state_map && h == nullptr &&
-                          lay.seg_chunks == 0 && config::reads_v_rows(p) &&
-                          kern::fused_scalar_forward_applies(dt, p.vector_gate, pp_in);
 
   // ---- kernel 1: chunk-local preparation
   if (p.num_chunks > 0 && !one_kernel) {
@@ -302,7 +306,7 @@ Status forward(const Problem& p, const ForwardInputs& in, const ForwardOutputs& 
     // whole chains)
     if (one_kernel) {
       if (timer) timer->mark("state", st);
-      e = kern::launch_fused_scalar_forward(dt, pp_in, sp, st);
+      e = kern::launch_fused_scalar_forward(dt, pp_in, sp, p.B * p.T, inline_seqs, st);
       if (e != cudaSuccess) return cuda_error("one-kernel forward launch", e);
     } else if (lay.seg_chunks > 0 && sp.h == nullptr && kern::recurrence_wgmma_applies(dt, sp)) {
       e = launch_split_state(p, lay, base, sp, st, timer);

@@ -171,10 +171,42 @@ TEST(ChunkMapHost, SegmentsSplitLongSequences) {
     }
 }
 
+// The by-value map of the one-kernel forward: the same entries as the workspace map where it fits
+// (N <= kSeqBatchSmall), nothing (count 0) where it does not.
+TEST(ChunkMapHost, InlineSeqMapMatchesTheWorkspaceMap) {
+  std::mt19937_64 gen(5);
+  for (int64_t N : {1, 2, 10, kSeqBatchSmall - 1, kSeqBatchSmall, kSeqBatchSmall + 1, 300}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    std::vector<int64_t> cu = {0};
+    for (int64_t n = 0; n < N; ++n) cu.push_back(cu.back() + static_cast<int64_t>(gen() % 3 == 0 ? 0 : gen() % 200));
+    InlineSeqMap m;
+    m.count = -1;
+    const bool filled = fill_inline_seq_map(cu.data(), N, m);
+    EXPECT_EQ(filled, N <= kSeqBatchSmall);
+    if (!filled) {
+      EXPECT_EQ(m.count, 0);
+      continue;
+    }
+    ASSERT_EQ(m.count, N);
+    const Built r = build(cu);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(m.seq[n].t0, r.seqs[n].t0);
+      EXPECT_EQ(m.seq[n].len, r.seqs[n].len);
+      EXPECT_EQ(m.seq[n].chunk0, r.seqs[n].chunk0);
+      EXPECT_EQ(m.seq[n].seq, r.seqs[n].seq);
+    }
+  }
+  InlineSeqMap m;
+  const int64_t none[1] = {0};
+  EXPECT_FALSE(fill_inline_seq_map(none, 0, m));  // no sequences: nothing to fill
+  EXPECT_EQ(m.count, 0);
+}
+
 TEST(ChunkMapHost, ParameterBlocksFitCuda) {
   // CUDA 12.1+ on sm_70+: at most 32764 bytes of kernel parameters
   EXPECT_LE(sizeof(SeqBatch<kSeqBatchLarge>), 32764u);
   EXPECT_LE(sizeof(SeqBatch<kSeqBatchSmall>), 4096u);  // the usual launch: small
+  EXPECT_LE(sizeof(InlineSeqMap), 4096u);              // beside the one-kernel forward's other parameters
 }
 
 }  // namespace

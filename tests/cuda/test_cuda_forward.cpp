@@ -321,7 +321,8 @@ TEST(CudaForward, SmallStagesMarked) {
       // simple GLA on Hopper at K = 128 in 16 bits without the split: one kernel, its chunk-local
       // work in the pass (sm90/fused_scalar_forward_wgmma.cuh)
       const bool one_kernel = hopper && fam == Family::kSimpleGLA && c.K == 128 && c.dt != DType::kFloat32 && !split;
-      EXPECT_EQ(names, split ? "maps,prep,segments,combine,state" : one_kernel ? "maps,state" : "maps,prep,state");
+      // (the one kernel of at most 128 sequences takes its sequence map by value: no map kernel)
+      EXPECT_EQ(names, split ? "maps,prep,segments,combine,state" : one_kernel ? "state" : "maps,prep,state");
     }
 }
 
@@ -331,8 +332,10 @@ TEST(CudaForward, SmallStagesMarked) {
 // norm (K Kᵀ in the producers' second batch); state V-first; sequences of 0, 1, 63, 64, 65 tokens
 // and of 11 and 20 chunks (every stage's barriers through several phases, both producers ending
 // on either parity); a second layout of 4 and 5 chunks and a last sequence of one whole chunk
-// (its output tile ends at the token axis's end). Then: the stage names (no prep on Hopper), the
-// same bits with the timer and again (deterministic). Small, for the sanitizers.
+// (its output tile ends at the token axis's end); 130 short sequences (more than the by-value
+// sequence map holds: the map kernels run first). Then: the stage names (no prep on Hopper, no maps
+// with the by-value map), the same bits with the timer and again (deterministic). Small, for the
+// sanitizers.
 TEST(CudaForward, SmallSimpleGlaOneKernel) {
   SKIP_WITHOUT_GPU();
   const bool hopper = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
@@ -348,6 +351,12 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
   // the second layout: 4 and 5 chunks (the first stage refills: chunk 4 arrives while chunk 1 runs)
   // and a whole chunk that ends the token axis (an output tile stored up to the tensor's last row)
   const std::vector<int64_t> whole_chunks = {0, 256, 576, 640};
+  // 130 sequences of 1..80 tokens: more than a by-value sequence map holds (kSeqBatchSmall), so
+  // the map kernels run first and the kernel reads the workspace map (one head, one V tile: 130
+  // CTAs, small for the sanitizers)
+  std::vector<int64_t> many = {0};
+  std::mt19937_64 gen(11);
+  for (int i = 0; i < 130; ++i) many.push_back(many.back() + 1 + static_cast<int64_t>(gen() % 80));
   const Variant variants[] = {
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128},
       {DType::kBFloat16, true, false, false, false, false, 2, 2, 64},
@@ -358,6 +367,7 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128, 0, Gate::kVeryNegative},
       {DType::kBFloat16, true, true, false, true, false, 1, 2, 128, 0, Gate::kLogsigmoid, whole_chunks},
       {DType::kFloat16, false, true, false, false, true, 2, 2, 256, 0, Gate::kLogsigmoid, whole_chunks},
+      {DType::kBFloat16, true, true, false, true, false, 1, 1, 64, 0, Gate::kLogsigmoid, many},
   };
   for (const Variant& v : variants) {
     Case c = no_delta_case(Family::kSimpleGLA);
@@ -386,7 +396,8 @@ TEST(CudaForward, SmallSimpleGlaOneKernel) {
                                                                 static_cast<int64_t>(c.cu.size()) - 1, longest,
                                                                 cuda::config::sm_count(0)) > 0;
     ASSERT_FALSE(split) << "the case meant for the one-kernel forward takes the split";
-    EXPECT_EQ(names, hopper ? "maps,state" : "maps,prep,state");
+    const bool inline_map = c.cu.size() - 1 <= static_cast<size_t>(cuda::kern::kSeqBatchSmall);
+    EXPECT_EQ(names, !hopper ? "maps,prep,state" : inline_map ? "state" : "maps,state");
     expect_repeatable(c);
   }
 }

@@ -224,7 +224,10 @@ cudaError_t launch_recurrence_wgmma(int dtype, const StateParams& p, cudaStream_
 // wgmma pass is supported; the caller checks the pass's side: the plain forward over the sequence
 // map (sp: o set, no sequence split, state map, saved or returned states; U null, V from the v rows).
 bool fused_scalar_forward_applies(int dtype, bool vector_gate, const PrepParams& pp);
-cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, cudaStream_t s);
+// seqs: the sequence map by value where it fits (fill_inline_seq_map; then no map kernel needs to
+// run first), else count 0 and sp.seqs.
+cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                        const InlineSeqMap& seqs, cudaStream_t s);
 
 // chunk_prep on Hopper warpgroup MMAs, where recurrence_wgmma_supported holds (and V is 64 or 128
 // where the prep writes U or reads the vector gate): the scalar gate (GDN; simple GLA without W and

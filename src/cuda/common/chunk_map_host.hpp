@@ -100,6 +100,24 @@ LINATTN_HOST_DEVICE inline ChunkInfo chunk_info(const SeqInfo* seqs, int N, int 
   return ChunkInfo{s.t0 + off, rest < config::kChunk ? rest : config::kChunk};
 }
 
+// A whole-sequence map of at most kSeqBatchSmall entries that goes by value in a kernel's
+// parameters, so that no map kernel runs before that kernel (the one-kernel simple GLA forward).
+// count 0: not filled; the kernel reads the workspace map instead.
+struct InlineSeqMap {
+  int32_t count;
+  SeqInfo seq[kSeqBatchSmall];
+};
+static_assert(sizeof(InlineSeqMap) == 4 + 16 * kSeqBatchSmall, "2 KiB + 4 B of parameters");
+
+// The whole-sequence map of cu [N + 1] into m where it fits (N <= kSeqBatchSmall), else m.count = 0.
+// Returns whether it was filled.
+inline bool fill_inline_seq_map(const int64_t* cu, int64_t N, InlineSeqMap& m) {
+  m.count = 0;
+  if (N <= 0 || N > kSeqBatchSmall) return false;
+  for_each_map_entry(cu, N, 0, [&](const SeqInfo& e) { m.seq[m.count++] = e; });
+  return true;
+}
+
 // Calls launch(batch) for consecutive batches covering the entries of the map of cu [N + 1] with
 // segments of seg_chunks chunks (0: one entry per sequence), in order: one SeqBatch<kSeqBatchSmall>
 // when there are at most kSeqBatchSmall entries, else SeqBatch<kSeqBatchLarge> blocks. dst is the

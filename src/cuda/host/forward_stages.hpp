@@ -11,7 +11,8 @@ namespace linattn::cuda {
 
 class StageTimer;  // host/stage_timer.hpp
 
-// Stages, in order: "maps" (the chunk and sequence maps), "prep" (chunk_prep), then the state pass
+// Stages, in order: "maps" (the chunk and sequence maps; not where the one-kernel simple GLA
+// forward takes its sequence map by value), "prep" (chunk_prep), then the state pass
 // with the output: "state", or with the intra-card sequence split (docs/sequence_split.md)
 // "segments" (each segment's transition), "combine" (the segments' start states) and "state" (the
 // pass over the segments). The disable_recompute forward (a saved buffer given) marks nothing.

@@ -95,8 +95,10 @@ cudaError_t launch_prep_wgmma(int dtype, bool vector_gate, const PrepParams& p, 
   return dtype == 0 ? launch_prep_wgmma_fp16(p, s) : launch_prep_wgmma_bf16(p, s);
 }
 
-cudaError_t launch_fused_scalar_forward_bf16(const PrepParams& pp, const StateParams& sp, cudaStream_t s);
-cudaError_t launch_fused_scalar_forward_fp16(const PrepParams& pp, const StateParams& sp, cudaStream_t s);
+cudaError_t launch_fused_scalar_forward_bf16(const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                             const InlineSeqMap& seqs, cudaStream_t s);
+cudaError_t launch_fused_scalar_forward_fp16(const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                             const InlineSeqMap& seqs, cudaStream_t s);
 
 bool fused_scalar_forward_applies(int dtype, bool vector_gate, const PrepParams& pp) {
   // the scalar gate without the delta rule, V from the v rows; the caller checks the pass's side
@@ -105,8 +107,10 @@ bool fused_scalar_forward_applies(int dtype, bool vector_gate, const PrepParams&
          pp.Ainv == nullptr && pp.U_lo == nullptr && pp.KgT_lo == nullptr && recurrence_wgmma_supported(dtype, pp.K, pp.V);
 }
 
-cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, cudaStream_t s) {
-  return dtype == 0 ? launch_fused_scalar_forward_fp16(pp, sp, s) : launch_fused_scalar_forward_bf16(pp, sp, s);
+cudaError_t launch_fused_scalar_forward(int dtype, const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                        const InlineSeqMap& seqs, cudaStream_t s) {
+  return dtype == 0 ? launch_fused_scalar_forward_fp16(pp, sp, tokens, seqs, s)
+                     : launch_fused_scalar_forward_bf16(pp, sp, tokens, seqs, s);
 }
 
 }  // namespace linattn::cuda::kern

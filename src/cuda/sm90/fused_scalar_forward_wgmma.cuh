@@ -15,36 +15,43 @@
 //         (intra_chunk_scalar_delta.cuh's producer, delta rule off, through StageSink) and
 //         releases the stage on full[s] (128 arrivals, after a proxy fence: the consumer's wgmmas
 //         read Aqk through the async proxy). Its next chunk's raw gate it prefetches into registers;
-//   2:    the raw-row recurrence (recurrence_consumer.cuh, as the two-kernel pass; setmaxnreg 216). Done with
-//         chunk c, it issues chunk c + 4's q, k rows and v tile into the stage it frees (cp.async,
-//         their completion arriving on loaded[s]: 128 arrivals, one a thread, .noinc).
+//   2:    the raw-row recurrence (recurrence_consumer.cuh, as the two-kernel pass; setmaxnreg 216). A
+//         chunk of 64 tokens leaves O in its stage's v tile (stmatrix), which one thread stores by
+//         TMA; that thread then refills the previous chunk's stage (whose O store has been read by
+//         then) with chunk c + 3's q, k rows and v tile (tma_chunk_rows.cuh: ten boxes, their bytes
+//         expected on loaded[s]). A shorter chunk (a sequence's last) stores O's rows itself.
 // Four stages: chunk c is in stage c % 4. Why the consumer loads: when each producer waited for its
 // next stage to be free before computing its current chunk, the consumer's release of chunk c - 2
 // gated the producer's work on chunk c, and a chunk cost about (load issue + produce + consume) / 2
 // (session 54's diagnostic variants: 2.2 µs against ~1.6 for either role alone). The consumer
-// frees a stage and fills it again at once, so nothing waits on a free stage; the producers wait
-// only for data issued four chunks ahead.
+// refills a stage a chunk after it is done with it, so nothing waits on a free stage; the
+// producers wait only for data issued three chunks ahead.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "cuda/sm90/chunk_recurrence_wgmma.cuh"
 #include "cuda/sm90/intra_chunk_scalar_delta.cuh"
+#include "cuda/sm90/tma_chunk_rows.cuh"
 
 namespace linattn::cuda::kern {
 namespace wgmma_recurrence {
 
 // The kernel's parameters: the chunk-local inputs (PrepParams: q, k, v, g, g_gamma, scale, GVA)
-// and the pass's (StateParams: the sequence map, h0, ht, o).
+// and the pass's (StateParams: the sequence map, h0, ht, o), the tensor maps of q, k, v and o,
+// and the sequence map itself where it fits (seqs.count > 0; else state.seqs, in the workspace).
 struct FusedScalarParams {
+  ChunkRowMaps maps;
   PrepParams prep;
   StateParams state;
+  InlineSeqMap seqs;
 };
 
 // The producer's results straight into a RecurrenceStage: Aqk (tok, tok') at kmajor_off<64> (the
 // consumer's TokByTok B operand), the row factors and exp(γ_C).
 template <class E>
 struct StageSink {
+  static constexpr bool kSmemAqk = true;  // Aqk by stmatrix (aqk_epilogue)
   E* a;
   float* rfac;
   float* gexp;
@@ -74,7 +81,7 @@ struct alignas(1024) FusedScalarSmem {
   RecurrenceStage<E, false> st[STAGES];
   ScalarGateScratch sc[2];            // each producer's γ, row norms and factors
   alignas(8) uint64_t full[STAGES];   // 128 producer arrivals: the stage's operands are in
-  alignas(8) uint64_t loaded[STAGES];  // 128 consumer cp.async arrivals: the stage's q, k and v tiles landed
+  alignas(8) uint64_t loaded[STAGES];  // one arrival and the TMA bytes: the stage's q, k and v tiles landed
 };
 
 // Producer P of chunks P, P + 2, ...
@@ -96,12 +103,14 @@ __device__ __forceinline__ void fused_scalar_producer(const FusedScalarParams& f
     asm volatile("" : "+r"(prod.tid), "+r"(prod.warp), "+r"(prod.lane), "+r"(prod.g), "+r"(prod.t));
     const int cn = ci + 2;
     if (cn < nch) prod.load_gate(si.t0 + cn * kC, min(kC, si.len - cn * kC));
-    Bar::wait(&sm.loaded[ci % STAGES], (ci / STAGES) & 1);
-    cutlass::arch::fence_view_async_shared();  // the consumer's cp.async data -> the Q Kᵀ wgmmas
-    warpgroup_sync<1 + P>();                   // the last chunk's scratch reads done
+    const int Lc = min(kC, si.len - ci * kC);
     auto& st = sm.st[ci % STAGES];
+    Bar::wait(&sm.loaded[ci % STAGES], (ci / STAGES) & 1);
+    if (Lc < kC) clear_tail_rows(st.q, st.k, st.u, Lc, prod.tid);  // (a sequence's last chunk)
+    cutlass::arch::fence_view_async_shared();  // the cleared rows -> the wgmmas (async proxy)
+    warpgroup_sync<1 + P>();                   // the last chunk's scratch reads done, the rows cleared
     StageSink<E> sink{st.a, st.rf, st.ge};
-    prod.compute(typename Producer::Tiles{st.q, st.k, nullptr}, min(kC, si.len - ci * kC), graw, braw, nullptr, sink);
+    prod.compute(typename Producer::Tiles{st.q, st.k, nullptr}, Lc, graw, braw, nullptr, sink);
     cutlass::arch::fence_view_async_shared();  // the Aqk stores -> the consumer's wgmmas (async proxy)
     Bar::arrive(&sm.full[ci % STAGES]);
   }
@@ -110,15 +119,15 @@ __device__ __forceinline__ void fused_scalar_producer(const FusedScalarParams& f
 template <class T, int STAGES>
 __global__ void __launch_bounds__(3 * kThreads, 1) fused_scalar_forward_kernel(const __grid_constant__ FusedScalarParams fp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Consumer = RecurrenceConsumer<T, /*DELTA=*/false, /*RAW=*/true, PassOut::kOutput, false>;
+  using Consumer = RecurrenceConsumer<T, /*DELTA=*/false, /*RAW=*/true, PassOut::kOutput, false, /*STAGE_O=*/true>;
   using E = typename Consumer::E;
   using Smem = FusedScalarSmem<E, STAGES>;
   using Bar = cutlass::arch::ClusterBarrier;
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_base_1024(smem_raw));
   const StateParams& p = fp.state;
-  const ChainTile ct = ChainTile::get(p.seqs);  // the sequence map: entry n is sequence n
-  init_ring_barriers(sm.full, sm.loaded);        // the block's last __syncthreads
+  const ChainTile ct = ChainTile::get(fp.seqs, p.seqs);  // the sequence map: entry n is sequence n
+  init_ring_barriers(sm.full, sm.loaded, 1);     // the block's last __syncthreads
   // each role's code under its own register count (ptxas allocates per branch)
   if (ct.wg < 2) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegs>();
@@ -129,39 +138,57 @@ __global__ void __launch_bounds__(3 * kThreads, 1) fused_scalar_forward_kernel(c
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegs>();
   const SeqInfo si = ct.si;
   const int nch = ct.nch, hv = ct.hv, v0 = ct.v0, tid = ct.tid;
-  const PrepParams& pp = fp.prep;
   const int64_t ostride = static_cast<int64_t>(p.HV) * p.V;
-  // chunk c's q, k rows and v tile into stage c % STAGES; their landing arrives on loaded[]
-  const int64_t vs = static_cast<int64_t>(pp.HV) * pp.V;
-  const T* vrows = static_cast<const T*>(pp.v) + static_cast<int64_t>(hv) * pp.V + v0;
+  const int hk = hv / fp.prep.G;
+  // one thread: chunk c's q, k rows and v tile into stage c % STAGES, their bytes expected on loaded[]
   auto issue = [&](int c) {
     auto& st = sm.st[c % STAGES];
-    const int t0 = si.t0 + c * kC, Lc = min(kC, si.len - c * kC);
-    ScalarDeltaProducer<T, false>::copy_qk(pp, hv / pp.G, st.q, st.k, t0, Lc, tid);
-    copy_kmajor<T, kC, kVT, true>(reinterpret_cast<T*>(st.u), vrows + static_cast<int64_t>(t0) * vs, vs, tid, Lc);
-    cutlass::arch::cpasync_barrier_arrive_noinc(&sm.loaded[c % STAGES]);
+    issue_chunk_rows(fp.maps, &sm.loaded[c % STAGES], st.q, st.k, st.u, si.t0 + c * kC, hk, hv, v0);
   };
-  for (int c = 0; c < min(STAGES, nch); ++c) issue(c);
+  if (tid == 0) {
+    cute::prefetch_tma_descriptor(&fp.maps.q);
+    cute::prefetch_tma_descriptor(&fp.maps.k);
+    cute::prefetch_tma_descriptor(&fp.maps.v);
+    cute::prefetch_tma_descriptor(&fp.maps.o);
+    for (int c = 0; c < min(STAGES, nch); ++c) issue(c);
+  }
   Consumer cons;
   cons.init(p, si.seq, hv, v0, tid);
   T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);
     cutlass::arch::fence_view_async_shared();  // (as the two-kernel pass: the cp.async tiles -> this thread's wgmmas)
-    cons.chunk(sm.st[ci % STAGES], og + static_cast<int64_t>(si.t0 + ci * kC) * ostride, ostride, min(kC, si.len - ci * kC));
-    if (ci + STAGES < nch) {
-      warpgroup_sync<3>();  // every consumer thread is done reading the stage
-      issue(ci + STAGES);
+    const int t0 = si.t0 + ci * kC, Lc = min(kC, si.len - ci * kC);
+    auto& st = sm.st[ci % STAGES];
+    cons.chunk(st, og + static_cast<int64_t>(t0) * ostride, ostride, Lc);  // (Lc == 64: O left in st.u)
+    cutlass::arch::fence_view_async_shared();  // this thread's O pieces -> the TMA store (async proxy)
+    warpgroup_sync<3>();                       // every consumer thread is done with the stage
+    if (tid == 0) {
+      if (Lc == kC) store_chunk_o(fp.maps, st.u, t0, hv, v0);
+      cute::tma_store_arrive();  // (one bulk group a chunk, empty for a short one)
+      // Stage (ci - 1) % STAGES is refilled, not this one: its O store (one chunk old) has been
+      // read by now, so waiting for it costs nothing; this chunk's is still reading st.u.
+      if (ci >= 1 && ci - 1 + STAGES < nch) {
+        cute::tma_store_wait<1>();
+        issue(ci - 1 + STAGES);
+      }
     }
   }
   cons.store(p, si.seq, hv, v0);
+  if (tid == 0) cute::tma_store_wait<0>();  // the stores' reads of shared memory, before the CTA ends
 #endif
 }
 
+// `tokens`: the rows of q, k and v (the flattened token axis).
 template <class T>
-cudaError_t launch_fused_scalar_forward(const FusedScalarParams& fp, cudaStream_t s) {
+cudaError_t launch_fused_scalar_forward(const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                        const InlineSeqMap& seqs, cudaStream_t s) {
   using Smem = FusedScalarSmem<typename Atoms<T>::E, kFusedScalarStages>;
   static_assert(smem_bytes_of<Smem>() <= 227 * 1024, "the stages exceed the 227 KB of shared memory a CTA may have");
+  FusedScalarParams fp{{}, pp, sp, seqs};
+  static_assert(sizeof(FusedScalarParams) <= 32764 - 1024, "inside the 32764 bytes of kernel parameters");
+  const cudaError_t e = encode_chunk_row_maps(fp.maps, pp.q, pp.k, pp.v, sp.o, tokens, pp.H, pp.HV, pp.V);
+  if (e != cudaSuccess) return e;
   const dim3 grid = SequentialScheduler<kVT>::grid_shape(fp.state.V, fp.state.HV, fp.state.N);
   return launch_with_smem(fused_scalar_forward_kernel<T, kFusedScalarStages>, smem_bytes_of<Smem>(), grid, 3 * kThreads,
                           fp, s);

@@ -2,7 +2,8 @@
 #include "cuda/sm90/fused_scalar_forward_wgmma.cuh"
 
 namespace linattn::cuda::kern {
-cudaError_t launch_fused_scalar_forward_fp16(const PrepParams& pp, const StateParams& sp, cudaStream_t s) {
-  return wgmma_recurrence::launch_fused_scalar_forward<__half>(wgmma_recurrence::FusedScalarParams{pp, sp}, s);
+cudaError_t launch_fused_scalar_forward_fp16(const PrepParams& pp, const StateParams& sp, int64_t tokens,
+                                             const InlineSeqMap& seqs, cudaStream_t s) {
+  return wgmma_recurrence::launch_fused_scalar_forward<__half>(pp, sp, tokens, seqs, s);
 }
 }  // namespace linattn::cuda::kern

@@ -66,6 +66,7 @@ struct ChunkTiles {
 // the delta rule: pairs).
 template <class T>
 struct WorkspaceSink {
+  static constexpr bool kSmemAqk = false;
   T* W;
   T* A;
   T* U;
@@ -249,7 +250,25 @@ struct ScalarDeltaProducer {
   template <class Sink>
   __device__ __forceinline__ void compute(const Tiles& in, int Lc, const float (&graw_c)[2], const float (&braw_c)[2],
                                           float* X, Sink& out) {
-    // ---- γ (warp 0: two tokens a lane, one warp-wide scan), β (warp 1)
+    // ---- K Kᵀ, Q Kᵀ and (l2norm) Q Qᵀ on SS wgmma from the staged tiles; the row norms are
+    // the diagonals of K Kᵀ and Q Qᵀ (float32 sums of exact 16-bit products)
+    auto mmaSS = make_tiled_mma(typename A::SS64{});
+    auto thrSS = mmaSS.get_thread_slice(tid);
+    Tensor sKt = make_tensor(make_smem_ptr(in.k), typename L::TokByKChFirst{});  // (tok, ch)
+    Tensor sQt = make_tensor(make_smem_ptr(in.q), typename L::TokByK{});         // (tok, ch)
+    Tensor tKa = thrSS.partition_fragment_A(sKt);
+    Tensor tQa = thrSS.partition_fragment_A(sQt);
+    Tensor tKb = thrSS.partition_fragment_B(sKt);
+    Tensor accK = partition_fragment_C(mmaSS, Shape<_64, _64>{});
+    Tensor accQ = partition_fragment_C(mmaSS, Shape<_64, _64>{});
+    fence_regs(accK);
+    fence_regs(accQ);
+    warpgroup_arrive();
+    if constexpr (DELTA) wg_gemm<true>(mmaSS, tKa, tKb, accK);  // (without it K Kᵀ is for the l2 norm alone)
+    wg_gemm<true>(mmaSS, tQa, tKb, accQ);
+    warpgroup_commit_batch();
+    // ---- γ (warp 0: two tokens a lane, one warp-wide scan), β (warp 1), while the products run
+    // (they read only the tiles; before session 56 the scan ran first and the wgmmas waited for it)
     if (warp == 0) {
       float x[2] = {0.f, 0.f};
       gate::with_head_gate(hg, [&](auto kind, auto regular) {
@@ -280,23 +299,6 @@ struct ScalarDeltaProducer {
         }
       }
     }
-    // ---- K Kᵀ, Q Kᵀ and (l2norm) Q Qᵀ on SS wgmma from the staged tiles; the row norms are
-    // the diagonals of K Kᵀ and Q Qᵀ (float32 sums of exact 16-bit products)
-    auto mmaSS = make_tiled_mma(typename A::SS64{});
-    auto thrSS = mmaSS.get_thread_slice(tid);
-    Tensor sKt = make_tensor(make_smem_ptr(in.k), typename L::TokByKChFirst{});  // (tok, ch)
-    Tensor sQt = make_tensor(make_smem_ptr(in.q), typename L::TokByK{});         // (tok, ch)
-    Tensor tKa = thrSS.partition_fragment_A(sKt);
-    Tensor tQa = thrSS.partition_fragment_A(sQt);
-    Tensor tKb = thrSS.partition_fragment_B(sKt);
-    Tensor accK = partition_fragment_C(mmaSS, Shape<_64, _64>{});
-    Tensor accQ = partition_fragment_C(mmaSS, Shape<_64, _64>{});
-    fence_regs(accK);
-    fence_regs(accQ);
-    warpgroup_arrive();
-    if constexpr (DELTA) wg_gemm<true>(mmaSS, tKa, tKb, accK);  // (without it K Kᵀ is for the l2 norm alone)
-    wg_gemm<true>(mmaSS, tQa, tKb, accQ);
-    warpgroup_commit_batch();
     if (pp.l2norm) {
       Tensor tQb = thrSS.partition_fragment_B(sQt);
       Tensor accN = partition_fragment_C(mmaSS, Shape<_64, _64>{});
@@ -393,7 +395,9 @@ struct ScalarDeltaProducer {
   // row and column factors folded into the exponents xr, xc; warp 3's live blocks, the longest of
   // the four warps' epilogues, were ~20% of the one-kernel forward's instructions with the factors
   // as products: docs/fused_forward_design.md, session 55). A negative scale's sign is applied to
-  // the packed pair (xr holds log2 |scale r_q|).
+  // the packed pair (xr holds log2 |scale r_q|). A sink with kSmemAqk (the one-kernel forward's
+  // stage, kmajor_off<64>) takes Aqk by stmatrix: four 8 x 8 blocks a store (column blocks nb,
+  // nb + 1 of this warp's two row blocks) in place of 16 four-byte stores.
   template <class Acc, class Sink>
   __device__ __forceinline__ void aqk_epilogue(const Acc& accQ, Sink& out) {
     const uint32_t sign = pp.scale < 0.f ? 0x80008000u : 0u;
@@ -401,8 +405,8 @@ struct ScalarDeltaProducer {
     float xr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) xr[h] = sc.xr[16 * warp + g + 8 * h];
-#pragma unroll
-    for (int nb = 0; nb < kC / 8; ++nb) {
+    // column block nb's two pairs (row blocks h = 0, 1: elements 4 nb + 2 h, + 1)
+    auto pairs = [&](int nb, uint32_t (&pr)[2]) {
       const int c = 8 * nb + 2 * t;
       const bool live = nb <= 2 * warp + 1;  // warp-uniform
       const float2 xc = live ? *reinterpret_cast<const float2*>(sc.xc + c) : make_float2(0.f, 0.f);
@@ -414,7 +418,28 @@ struct ScalarDeltaProducer {
           d0 = c <= r ? gate::ex2_ftz(xr[h] - xc.x) : 0.f;
           d1 = c + 1 <= r ? gate::ex2_ftz(xr[h] - xc.y) : 0.f;
         }
-        out.aqk(r, c, pack2<T>(d0 * accQ(i), d1 * accQ(i + 1)) ^ sign);
+        pr[h] = pack2<T>(d0 * accQ(i), d1 * accQ(i + 1)) ^ sign;
+      }
+    };
+    if constexpr (Sink::kSmemAqk) {
+      // matrix m of the store at nb: row block m & 1, column block nb + (m >> 1); lane l gives row
+      // l & 7 of matrix l >> 3
+      const int m = lane >> 3, row = 16 * warp + 8 * (m & 1) + (lane & 7);
+#pragma unroll
+      for (int nb = 0; nb < kC / 8; nb += 2) {
+        uint32_t p0[2], p1[2];
+        pairs(nb, p0);
+        pairs(nb + 1, p1);
+        const uint32_t x[4] = {p0[0], p0[1], p1[0], p1[1]};
+        stsm_x4(x, out.a + kmajor_off<kC>(row, 8 * (nb + (m >> 1))));
+      }
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < kC / 8; ++nb) {
+        uint32_t pr[2];
+        pairs(nb, pr);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) out.aqk(16 * warp + g + 8 * h, 8 * nb + 2 * t, pr[h]);
       }
     }
   }

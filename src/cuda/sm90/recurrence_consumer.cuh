@@ -76,8 +76,12 @@ using StageOf = std::conditional_t<OUT == PassOut::kRecompute, RecomputeStage<E,
 // warpgroup (tid: the index within it).
 // OUT without O (writes_o): Qg S, Aqk V_new and the O stores dropped. SPLIT (the recompute's
 // split form, U and V_new as hi + lo) is a compile-time choice: a runtime test between a
-// warpgroup's wgmmas made ptxas serialise them (C7520, a divergent path).
-template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput, bool SPLIT = false>
+// warpgroup's wgmmas made ptxas serialise them (C7520, a divergent path). STAGE_O: a chunk of 64
+// tokens leaves O in the stage's U / V tile (kmajor_off<64>, (token, V column)) for the caller to
+// store by TMA, instead of storing O's rows itself (shorter chunks still do: a whole tile would
+// write the next sequence's rows); the tile is free once V_new is in registers, and each warp
+// reads and writes only its own 16 columns of it.
+template <class T, bool DELTA, bool RAW, PassOut OUT = PassOut::kOutput, bool SPLIT = false, bool STAGE_O = false>
 struct RecurrenceConsumer {
   static constexpr bool kO = writes_o(OUT);
   static constexpr bool kRe = writes_recompute(OUT);
@@ -102,6 +106,19 @@ struct RecurrenceConsumer {
   }
   __device__ int row_of(int i) const { return acc_row(warp, g, i); }
   __device__ int col_of(int i) const { return acc_col(t, i); }
+  // A per-column factor f[col] on accumulator-ordered x: elements 4 j .. 4 j + 3 are columns
+  // (c, c + 1) of rows r and r + 8, so one 8-byte load serves four (c even, f 8-byte aligned).
+  template <class Frag>
+  __device__ __forceinline__ void scale_cols(Frag& x, const float* f) const {
+#pragma unroll
+    for (int i = 0; i < size(x); i += 4) {
+      const float2 c = *reinterpret_cast<const float2*>(f + col_of(i));
+      x(i) *= c.x;
+      x(i + 1) *= c.y;
+      x(i + 2) *= c.x;
+      x(i + 3) *= c.y;
+    }
+  }
 
   // Sᵀ from h0 (zero without it or with read_h0 false), for value columns v0..v0+63 of head hv of
   // map entry n.
@@ -221,8 +238,13 @@ struct RecurrenceConsumer {
       }
     }
     // then S = exp(γ_C) S (Sᵀ: columns are channels), before any wgmma of this chunk is in flight
+    if constexpr (RAW) {  // raw rows come with a scalar gate only: every channel's exp(γ_C) is one value
+      const float e = st.ge[0];
 #pragma unroll
-    for (int i = 0; i < size(S); ++i) S(i) *= st.ge[col_of(i)];
+      for (int i = 0; i < size(S); ++i) S(i) *= e;
+    } else {
+      scale_cols(S, st.ge);
+    }
     fence_regs(Sa);
     fence_regs(P);
     fence_regs(Oi);
@@ -263,7 +285,11 @@ struct RecurrenceConsumer {
       }
       if constexpr (RAW) {
 #pragma unroll
-        for (int i = 0; i < size(P); ++i) Vk(i) = E(static_cast<float>(Va(i)) * st.rf[kC + col_of(i)]);
+        for (int i = 0; i < size(P); i += 4) {
+          const float2 c = *reinterpret_cast<const float2*>(st.rf + kC + col_of(i));
+#pragma unroll
+          for (int m = 0; m < 4; ++m) Vk(i + m) = E(static_cast<float>(Va(i + m)) * (m & 1 ? c.y : c.x));
+        }
       }
     } else {
       // kmajor_off<64>(tok, c) + (c & 7) for tok = col_of(i), c = row_of(i), as one base and
@@ -312,8 +338,7 @@ struct RecurrenceConsumer {
     warpgroup_wait<1>();  // Qg S (groups complete in order)
     fence_regs(Oi);
     if constexpr (RAW) {  // raw q rows: Qg's row factor on Qg S, before Aqk V_new joins it
-#pragma unroll
-      for (int i = 0; i < size(Oi); ++i) Oi(i) *= st.rf[col_of(i)];
+      scale_cols(Oi, st.rf);
     }
     fence_regs(Oi);
     Tensor tA = thr64.partition_fragment_B(make_tensor(make_smem_ptr(const_cast<E*>(st.a)), typename L::TokByTok{}));
@@ -324,7 +349,27 @@ struct RecurrenceConsumer {
     fence_regs(Oi);
     fence_regs(S);
 
+    if constexpr (STAGE_O) {
+      if (Lc == kC) {
+        stage_o(const_cast<E*>(st.u));
+        return;
+      }
+    }
     store_rows([&](int i) { return pack2<T>(Oi(i), Oi(i + 1)); }, orow0, ostride, Lc);  // O's rows
+  }
+
+  // Oᵀ (V column, token) into a (token, V column) tile at kmajor_off<64> by stmatrix .trans: the
+  // inverse of the V tile's ldmatrix .trans above (matrix m of store j: token block 2 j + (m >> 1),
+  // columns 16 warp + 8 (m & 1), the elements 8 j + 2 m, 8 j + 2 m + 1).
+  __device__ __forceinline__ void stage_o(E* tile) const {
+    const int l = tid & 31, tok = 8 * (l >> 4) + (l & 7), vc = 16 * warp + 8 * ((l >> 3) & 1);
+#pragma unroll
+    for (int j = 0; j < kC / 16; ++j) {
+      uint32_t x[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) x[m] = pack2<T>(Oi(8 * j + 2 * m), Oi(8 * j + 2 * m + 1));
+      stsm_x4_t(x, tile + kmajor_off<kC>(16 * j + tok, vc));
+    }
   }
 };
 

@@ -187,6 +187,19 @@ struct ChainTile {
     c.nch = (c.si.len + kC - 1) / kC;
     return c;
   }
+  // The map by value where it was filled (InlineSeqMap::count > 0), else the workspace's.
+  __device__ __forceinline__ static ChainTile get(const InlineSeqMap& inline_seqs, const SeqInfo* seqs) {
+    ChainTile c;
+    const auto bc = SequentialScheduler<kVT>::block_coord();
+    c.v0 = bc.v0;
+    c.hv = bc.hv;
+    c.n = bc.n;
+    c.wg = threadIdx.x / kThreads;
+    c.tid = threadIdx.x % kThreads;
+    c.si = inline_seqs.count > 0 ? inline_seqs.seq[c.n] : seqs[c.n];
+    c.nch = (c.si.len + kC - 1) / kC;
+    return c;
+  }
 };
 
 // The shared-memory base rounded up to the 128-byte swizzle's 1024-byte period; an offset from
@@ -196,16 +209,18 @@ __device__ __forceinline__ unsigned char* smem_base_1024(unsigned char* smem_raw
   return smem_raw + pad;
 }
 
-// The full / empty mbarriers of a producer / consumer ring of STAGES slots (kThreads arrivals each:
-// one warpgroup on either side), initialised by thread 0 and published by the block's last
-// __syncthreads (every later wait is on these barriers).
+// The full / empty mbarriers of a producer / consumer ring of STAGES slots (kThreads arrivals on
+// full: one warpgroup; on empty, `empty_arrivals`: a warpgroup, or one thread expecting TMA
+// bytes), initialised by thread 0 and published by the block's last __syncthreads (every later
+// wait is on these barriers).
 template <int STAGES>
-__device__ __forceinline__ void init_ring_barriers(uint64_t (&full)[STAGES], uint64_t (&empty)[STAGES]) {
+__device__ __forceinline__ void init_ring_barriers(uint64_t (&full)[STAGES], uint64_t (&empty)[STAGES],
+                                                   int empty_arrivals = kThreads) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       cutlass::arch::ClusterBarrier::init(&full[s], kThreads);
-      cutlass::arch::ClusterBarrier::init(&empty[s], kThreads);
+      cutlass::arch::ClusterBarrier::init(&empty[s], empty_arrivals);
     }
     cutlass::arch::fence_barrier_init();
   }

@@ -12,6 +12,7 @@
 #include "common/problem.hpp"
 #include "cuda/common/chunk_fwd.hpp"
 #include "cuda/config/backward_form.hpp"
+#include "cuda/config/device_code.hpp"
 #include "cuda/config/device_info.hpp"
 #include "cuda/config/heuristics.hpp"
 #include "cuda/config/limits.hpp"
@@ -67,6 +68,11 @@ TEST(CudaConfig, DeviceInfo) {
   EXPECT_EQ(none.smem.block, cfg::kHopperSmem.block);
   EXPECT_EQ(none.cc, 0);
   EXPECT_EQ(&cfg::device_info(64), &none);
+  // which query results mean "no code for this device" (DeviceGuard::enter's refusal)
+  EXPECT_TRUE(cfg::no_device_code(static_cast<int>(cudaErrorNoKernelImageForDevice)));
+  EXPECT_FALSE(cfg::no_device_code(static_cast<int>(cudaErrorMemoryAllocation)));
+  EXPECT_FALSE(cfg::no_device_code(static_cast<int>(cudaSuccess)));
+  EXPECT_FALSE(std::string(cfg::build_archs()).empty());
   SKIP_WITHOUT_GPU();
   int dev = -1;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
@@ -82,8 +88,17 @@ TEST(CudaConfig, DeviceInfo) {
   EXPECT_EQ(cfg::smem_limits(dev).block, d.smem.block);
   const bool hopper_kernels = cuda::kern::recurrence_wgmma_supported(1, 128, 128);
   EXPECT_EQ(hopper_kernels, cuda::kern::sm90a_built() && d.cc == 90);
-  std::printf("[ device   ] %s: %d SMs, %zu / %zu B shared, cc %d, Hopper kernels %s\n", prop.name, d.sm_count,
-              d.smem.block, d.smem.sm, d.cc, hopper_kernels ? "yes" : "no");
+  // the code this build runs here (config/device_code.hpp): some, of a virtual architecture at
+  // most the device's (what DeviceGuard::enter asks before every call)
+  int arch = 0;
+  const int q = cfg::query_device_code_arch(dev, &arch);
+  EXPECT_EQ(q, static_cast<int>(cudaSuccess));
+  EXPECT_FALSE(cfg::no_device_code(q));
+  EXPECT_GE(arch, 80);
+  EXPECT_LE(arch, d.cc);
+  EXPECT_EQ(cfg::device_code_arch(dev), arch);
+  std::printf("[ device   ] %s: %d SMs, %zu / %zu B shared, cc %d, Hopper kernels %s, code of build %s: %d\n", prop.name,
+              d.sm_count, d.smem.block, d.smem.sm, d.cc, hopper_kernels ? "yes" : "no", cfg::build_archs(), arch);
 }
 
 TEST(CudaConfig, CanImplement) {

@@ -12,6 +12,8 @@
 
 #include "common/problem.hpp"
 #include "cuda/common/chunk_fwd.hpp"
+#include "cuda/config/device_code.hpp"
+#include "cuda/config/device_info.hpp"
 #include "cuda/config/limits.hpp"
 #include "linattn/linattn.hpp"
 
@@ -95,7 +97,10 @@ inline Status check_aligned(std::initializer_list<std::pair<const char*, const T
 // Makes `device` current for the guard's lifetime and restores the caller's device after.
 class DeviceGuard {
  public:
-  // Status of the switch; the call must not proceed unless ok().
+  // Status of the switch; the call must not proceed unless ok(). A device this build has no code
+  // for (config/device_code.hpp: below compute capability 8.0, or off Hopper under a 90a-only
+  // build) is refused here, before anything runs, rather than by the first launch's "no kernel
+  // image"; any other failure of that query is left to the launches to report.
   Status enter(int device) {
     cudaError_t e = cudaGetDevice(&prev_);
     if (e != cudaSuccess) return cuda_error("cudaGetDevice", e);
@@ -103,6 +108,9 @@ class DeviceGuard {
       if ((e = cudaSetDevice(device)) != cudaSuccess) return cuda_error("cudaSetDevice", e);
       switched_ = true;
     }
+    int arch = 0;
+    if (config::no_device_code(config::query_device_code_arch(device, &arch)))
+      return Status::Unsupported(config::no_device_code_message(device, config::device_info(device).cc, config::build_archs()));
     return Status::Ok();
   }
   ~DeviceGuard() {

@@ -2,7 +2,6 @@
 // No allocation, no host synchronisation: the call can be captured in a CUDA graph.
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "common/decode.hpp"
@@ -13,36 +12,6 @@ namespace linattn::cuda {
 
 namespace {
 bool aligned(const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
-
-// An empty kernel: its attributes say which code the runtime loads for the current device, and
-// every translation unit is compiled for the same architectures (CUB finds its PTX version so).
-__global__ void arch_probe_kernel() {}
-
-// The virtual architecture (80, 90, ...) of the device code that runs on `device` (current):
-// a kernel's `__CUDA_ARCH__ >= 900` body exists there only where this is >= 90. The compute
-// capability alone does not say it: an sm_80 build runs on an H100 through its compute_80 PTX,
-// JIT-compiled, without those bodies. Cached per device; 0 when the query fails.
-int device_code_arch(int device) {
-  static std::atomic<int> cached[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  int v = cached[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    cudaFuncAttributes a{};
-    // the first call may come inside a stream capture (a graph of decode steps): the query runs in
-    // relaxed capture mode, where a lazily loaded module cannot invalidate the capture
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    const cudaError_t e = cudaFuncGetAttributes(&a, arch_probe_kernel);
-    cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode back
-    if (e != cudaSuccess) {
-      cudaGetLastError();  // no error left for the next launch to report
-      return 0;
-    }
-    v = a.ptxVersion;
-    cached[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
 
 // The whole-head kernel (recurrent_decode_head.cuh) where it applies: sm_90+, the fast path's
 // aligned pieces with K = V = 128 (either state layout), every state slot (and the final_state it
@@ -58,7 +27,7 @@ bool head_form(const detail::DecodeProblem& d, const recurrent::Params& p, bool 
       (d.final_dtype != (st_bf16 ? DType::kBFloat16 : DType::kFloat32) || !aligned(p.final_state, 16))) {
     return false;
   }
-  return device_code_arch(device) >= 90;  // the head kernel's body is sm_90+ code
+  return config::device_code_arch(device) >= 90;  // the head kernel's body is sm_90+ code
 }
 }  // namespace
 
@@ -147,7 +116,7 @@ Status decode(const detail::DecodeProblem& d, const DecodeInputs& in, const Deco
   // below sm_90 that form is compiled as a trap)
   const bool wide = fast && st_bf16 && !vf && pr.V % (2 * recurrent::kTileV) == 0 && aligned(p.state, 16) &&
                     d.state_stride % 8 == 0 && (!d.has_final || aligned(p.final_state, 16)) &&
-                    (kb < 256 || device_code_arch(pr.device.index) >= 90);
+                    (kb < 256 || config::device_code_arch(pr.device.index) >= 90);
   recurrent::DecodeForm form = wide ? recurrent::DecodeForm::kWide : recurrent::DecodeForm::kTiled;
   if (head_form(d, p, fast, st_bf16, pr.device.index)) form = recurrent::DecodeForm::kHead;
   cudaError_t e;

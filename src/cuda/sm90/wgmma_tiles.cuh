@@ -176,19 +176,17 @@ struct ChainTile {
   SeqInfo si;
   int nch;
   __device__ __forceinline__ static ChainTile get(const SeqInfo* seqs) {
-    ChainTile c;
-    const auto bc = SequentialScheduler<kVT>::block_coord();
-    c.v0 = bc.v0;
-    c.hv = bc.hv;
-    c.n = bc.n;
-    c.wg = threadIdx.x / kThreads;
-    c.tid = threadIdx.x % kThreads;
-    c.si = seqs[c.n];
-    c.nch = (c.si.len + kC - 1) / kC;
-    return c;
+    return get_with([&](int n) { return seqs[n]; });
   }
   // The map by value where it was filled (InlineSeqMap::count > 0), else the workspace's.
   __device__ __forceinline__ static ChainTile get(const InlineSeqMap& inline_seqs, const SeqInfo* seqs) {
+    return get_with([&](int n) { return inline_seqs.count > 0 ? inline_seqs.seq[n] : seqs[n]; });
+  }
+
+ private:
+  // entry(n): the map's entry n, read once the block's coordinates are known
+  template <class Entry>
+  __device__ __forceinline__ static ChainTile get_with(Entry&& entry) {
     ChainTile c;
     const auto bc = SequentialScheduler<kVT>::block_coord();
     c.v0 = bc.v0;
@@ -196,7 +194,7 @@ struct ChainTile {
     c.n = bc.n;
     c.wg = threadIdx.x / kThreads;
     c.tid = threadIdx.x % kThreads;
-    c.si = inline_seqs.count > 0 ? inline_seqs.seq[c.n] : seqs[c.n];
+    c.si = entry(c.n);
     c.nch = (c.si.len + kC - 1) / kC;
     return c;
   }

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(3 * kThreads, 1) fused_scalar_forward_kernel(c
   T* og = static_cast<T*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
   for (int ci = 0; ci < nch; ++ci) {
     Bar::wait(&sm.full[ci % STAGES], (ci / STAGES) & 1);
-    cutlass::arch::fence_view_async_shared();  // (as the two-kernel pass: the cp.async tiles -> this thread's wgmmas)
+    cutlass::arch::fence_view_async_shared();  // (as the two-kernel pass; the producers fenced their own writes)
     const int t0 = si.t0 + ci * kC, Lc = min(kC, si.len - ci * kC);
     auto& st = sm.st[ci % STAGES];
     cons.chunk(st, og + static_cast<int64_t>(t0) * ostride, ostride, Lc);  // (Lc == 64: O left in st.u)
